@@ -1,0 +1,3 @@
+"""engy: local inference for agent tools."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,229 @@
+"""Neutral types shared by every protocol, the engine and the REPL.
+
+These are plain values: no wire format leaks in here. A protocol module turns
+its JSON into a `ChatRequest`, the engine turns a `ChatRequest` into a stream
+of `Event`s, and the protocol turns those events back into its own JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+Role = Literal["system", "user", "assistant", "tool"]
+StopReason = Literal["end_turn", "max_tokens", "tool_use", "stop_sequence"]
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Image:
+    """An inline image; `data` is the base64 text as sent."""
+
+    media_type: str
+    data: str
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """Reasoning from an earlier assistant turn, replayed to the template."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model made. `arguments` is JSON object text, kept byte for
+    byte as it came so re-rendering a conversation reproduces the same prompt
+    (and so the same KV-cache prefix)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call_id: str
+    content: str
+    is_error: bool = False
+    name: str | None = None
+
+
+Part = Union[Text, Image, Thinking, ToolCall, ToolResult]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn. System messages may appear anywhere (clients send them
+    mid-conversation); the engine folds them into what a template accepts.
+    A `tool` message carries exactly the `ToolResult` parts of one turn."""
+
+    role: Role
+    parts: tuple[Part, ...]
+
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, Text))
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """`auto`: the model decides; `any`: it must call some tool; `tool`: it
+    must call `name`; `none`: it must not call tools."""
+
+    mode: Literal["auto", "any", "tool", "none"] = "auto"
+    name: str | None = None
+    parallel: bool = True
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Worker requirements (the `provider` object of both protocols)."""
+
+    only: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    quantizations: tuple[str, ...] | None = None
+    min_context: int | None = None
+    gpu: bool | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    sampling: Sampling = field(default_factory=Sampling)
+    # None: the model's own default; True/False: the template's switch.
+    thinking: bool | None = None
+    # How an over-long request is handled: "shrink" lowers max_tokens to fit
+    # (Messages), "reject" refuses prompt + max_tokens over the window
+    # (Responses).
+    overflow: Literal["shrink", "reject"] = "shrink"
+    provider: Provider | None = None
+
+
+# ---- the event stream -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, read from the KV cache
+    output_tokens: int = 0
+    reasoning_tokens: int = 0  # of output_tokens, spent thinking
+
+
+@dataclass(frozen=True)
+class Started:
+    """The request left the queue and owns the model; prompt processing
+    starts now. Carries the exact prompt size."""
+
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class PromptProgress:
+    """Prompt processing progress; lets transports keep a stream alive."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Nothing happened for a while (queued, or a slow prompt); transports
+    send something clients ignore so idle timeouts do not fire."""
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStart:
+    index: int  # 0, 1, ... within this answer
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    index: int
+    arguments: str  # a piece of the JSON object text
+
+
+@dataclass(frozen=True)
+class ToolCallEnd:
+    index: int
+    arguments: str  # the whole JSON object text
+
+
+@dataclass(frozen=True)
+class Finished:
+    stop_reason: StopReason
+    usage: Usage
+
+
+Event = Union[
+    Started,
+    PromptProgress,
+    Heartbeat,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallStart,
+    ToolCallDelta,
+    ToolCallEnd,
+    Finished,
+]
+
+
+@dataclass
+class Answer:
+    """A whole answer, folded from events (for non-streaming responses)."""
+
+    text: str = ""
+    thinking: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    stop_reason: StopReason = "end_turn"
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.text += event.text
+        elif isinstance(event, ThinkingDelta):
+            self.thinking += event.text
+        elif isinstance(event, ToolCallStart):
+            self.calls.append(ToolCall(event.id, event.name, ""))
+        elif isinstance(event, ToolCallEnd):
+            call = self.calls[event.index]
+            self.calls[event.index] = ToolCall(call.id, call.name, event.arguments)
+        elif isinstance(event, Finished):
+            self.stop_reason = event.stop_reason
+            self.usage = event.usage

@@ -1,0 +1,106 @@
+"""The `engy` command line: Typer wiring only. Each command calls a function
+that tests can call directly."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from .catalog import CatalogError, load_catalog
+from .errors import EngyError
+
+app = typer.Typer(
+    help="Local inference for agent tools: Anthropic Messages and OpenAI Responses on llama.cpp.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console(stderr=True)
+
+DEFAULT_PORT = 8642
+
+
+def _gpu_layers(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise typer.BadParameter("expected 'auto' or a number of layers") from None
+    if n < -1:
+        raise typer.BadParameter("expected 'auto', -1 (all) or a number >= 0")
+    return n
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        Optional[str],  # noqa: UP045 - typer needs Optional on 3.10
+        typer.Argument(help="A GGUF path or a model id from models.toml (default: the catalog's)"),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on")] = DEFAULT_PORT,
+    ctx_size: Annotated[
+        int, typer.Option("--ctx-size", help="Cap on the context window (0: the model's own)")
+    ] = 32768,
+    gpu_layers: Annotated[
+        str, typer.Option("--gpu-layers", help="'auto' (all when the build can offload) or N")
+    ] = "auto",
+    threads: Annotated[int, typer.Option(help="CPU threads (0: all cores)")] = 0,
+    api_key: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--api-key", envvar="ENGY_API_KEY", help="Require this key from clients"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds one generation may take (0: no limit)")
+    ] = 600.0,
+    max_output_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-output-tokens", help="Cap on output tokens per request, on both endpoints"
+        ),
+    ] = 8192,
+    queue_size: Annotated[
+        int, typer.Option("--queue-size", help="Requests that may wait for the model")
+    ] = 16,
+) -> None:
+    """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
+    from .serve import ServeOptions, run_server
+
+    options = ServeOptions(
+        model=model,
+        host=host,
+        port=port,
+        ctx_size=ctx_size or None,
+        gpu_layers=_gpu_layers(gpu_layers),
+        threads=threads or None,
+        api_key=api_key or None,
+        timeout=timeout or None,
+        max_output_tokens=max_output_tokens,
+        queue_size=queue_size,
+    )
+    try:
+        run_server(options, console)
+    except (CatalogError, EngyError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+
+
+@app.command(name="models")
+def list_catalog() -> None:
+    """List the models in the catalog."""
+    catalog = load_catalog()
+    for entry in catalog.entries.values():
+        mark = " (default)" if entry.id == catalog.default else ""
+        typer.echo(f"{entry.id}\t{entry.quant}\t{entry.name}{mark}")
+
+
+def main() -> None:  # pragma: no cover
+    logging.basicConfig(level=logging.WARNING)
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

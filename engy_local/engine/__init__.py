@@ -1,0 +1,1 @@
+"""The llama.cpp engine: the only package that imports llama_cpp."""

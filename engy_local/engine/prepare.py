@@ -1,0 +1,113 @@
+"""From a neutral `ChatRequest` to what the token loop needs: the rendered and
+tokenized prompt, the sampling parameters, a grammar for forced tool calls
+and the parser for this model's output format."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..chat import ChatRequest, Image, ToolSpec
+from ..errors import InvalidRequest, PromptTooLong
+from .decode import SamplingParams
+from .grammar import forced_call_grammar
+from .model import Model
+from .prompt import to_template_messages, to_template_tools
+from .toolparse import PARSERS, ToolParser, detect_family
+
+# Defaults for what a request leaves out (llama.cpp's own defaults).
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_P = 0.95
+DEFAULT_TOP_K = 40
+
+
+@dataclass(frozen=True)
+class Prepared:
+    tokens: list[int]
+    params: SamplingParams
+    new_parser: Callable[[], ToolParser]
+    single_call: bool
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def render(model: Model, request: ChatRequest) -> tuple[str, bool]:
+    """The prompt text, and whether tool calls are forced by grammar."""
+    for message in request.messages:
+        if any(isinstance(p, Image) for p in message.parts):
+            raise InvalidRequest(
+                f"model {model.path.name} does not support images", param="messages"
+            )
+    choice = request.tool_choice
+    tools = () if choice.mode == "none" else request.tools
+    if choice.mode == "tool" and not any(t.name == choice.name for t in tools):
+        raise InvalidRequest(f"tool_choice: no tool named {choice.name!r}", param="tool_choice")
+    forced = choice.mode in ("any", "tool") and bool(tools)
+    extra: dict[str, object] = {}
+    # A forced call is constrained from the first token, so no thinking first.
+    thinking = False if forced else request.thinking
+    switch = model.template.thinking_switch
+    if switch and thinking is not None:
+        extra[switch] = thinking
+    messages = to_template_messages(request.messages, quirks=model.template.quirks)
+    text = model.template.render(
+        messages,
+        tools=to_template_tools(tools) or None,
+        add_generation_prompt=True,
+        **extra,
+    )
+    return text, forced
+
+
+def count_tokens(model: Model, request: ChatRequest) -> int:
+    return len(model.tokenize(render(model, request)[0]))
+
+
+def prepare(model: Model, request: ChatRequest, output_cap: int) -> Prepared:
+    text, forced = render(model, request)
+    tokens = model.tokenize(text)
+    n, window = len(tokens), model.n_ctx
+    if n >= window:
+        raise PromptTooLong(n, window)
+    room = window - n
+    asked = request.sampling.max_tokens
+    if request.overflow == "reject" and asked is not None and n + asked > window:
+        raise PromptTooLong(
+            n,
+            window,
+            f"prompt is too long: {n} tokens + {asked} max output tokens > {window} maximum",
+        )
+    max_tokens = min(asked or output_cap, output_cap, room)
+
+    family = detect_family(model.template.source)
+    # Templates that open the reasoning block themselves leave the model
+    # inside it from the first token.
+    in_thinking = text.rstrip().endswith("<think>")
+    choice = request.tool_choice
+    tools = () if choice.mode == "none" else request.tools
+    grammar = None
+    if forced:
+        chosen: tuple[ToolSpec, ...] = tools
+        if choice.mode == "tool":
+            chosen = tuple(t for t in tools if t.name == choice.name)
+        grammar = forced_call_grammar(chosen, family, reasoning=in_thinking)
+    names = frozenset(t.name for t in tools)
+    parser_class = PARSERS[family]
+    s = request.sampling
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=DEFAULT_TEMPERATURE if s.temperature is None else s.temperature,
+        top_p=DEFAULT_TOP_P if s.top_p is None else s.top_p,
+        top_k=DEFAULT_TOP_K if s.top_k is None else s.top_k,
+        stop=s.stop,
+        grammar=grammar,
+    )
+    return Prepared(
+        tokens=tokens,
+        params=params,
+        new_parser=lambda: parser_class(tools=names, thinking=in_thinking, new_id=new_call_id),
+        single_call=forced or not choice.parallel,
+    )

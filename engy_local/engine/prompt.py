@@ -1,0 +1,223 @@
+"""Neutral messages and tools -> the dicts Hugging Face chat templates read.
+
+Templates consume OpenAI chat style messages. Beyond a field mapping, this
+module reshapes a conversation into one that strict templates accept, without
+reordering what a client sent, so that the rendered prompt of turn N is a
+prefix of turn N+1 and the KV cache is reused:
+
+- Leading system messages become one first `system` message.
+- A later system message becomes user text at its position: it joins the user
+  message before it, else the user message after it, else stands as a user
+  turn of its own. A call's tool results are never split: system text that
+  arrives among them is placed after them.
+- Consecutive user messages merge into one (templates that demand strict
+  user/assistant alternation raise otherwise).
+- What one template cannot take at all is described by `Quirks` (probed by
+  `ChatTemplate.quirks`) and reshaped here the same way, in place.
+
+Text blocks, folded system text and merged user turns are all joined with a
+blank line, so folding gives the same text as one more text block would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engy_local.chat import Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
+
+PARAGRAPH = "\n\n"
+
+_ALPHANUMERIC = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# Mistral templates: `tool_call.id|length != 9` -> "...strings with length 9!".
+_SHORT_ID_DEMAND = re.compile(r"length\s*!=\s*9|with length 9")
+
+
+@dataclass(frozen=True)
+class Quirks:
+    """What a template cannot take, and so what to reshape for it."""
+
+    # The system role raises or is dropped (Gemma 2; Mistral Nemo renders it
+    # only inside a final user turn): system text opens the first user turn.
+    no_system_role: bool = False
+    # No tool role (Gemma 2, Phi 3.5): tool results become user text.
+    no_tool_role: bool = False
+    # A user turn right after tool results breaks the template's alternation
+    # check (Mistral): its text is appended to the last tool result instead.
+    no_user_after_tool: bool = False
+    # Tool-call arguments must be JSON text, not a mapping (Functionary v3.2).
+    text_arguments: bool = False
+    # Tool-call ids must be 9 alphanumerics (Mistral): ids go through
+    # `mistral_call_id` unless the caller passes its own `call_ids`.
+    short_call_ids: bool = False
+
+
+NO_QUIRKS = Quirks()
+
+
+def to_template_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+
+
+def to_template_messages(
+    messages: Sequence[Message],
+    *,
+    call_ids: Callable[[str], str] | None = None,
+    quirks: Quirks = NO_QUIRKS,
+) -> list[dict[str, Any]]:
+    """Convert and fold a conversation. `call_ids` rewrites tool-call ids
+    (on the call and on its result alike) for templates that demand a shape."""
+    rename = call_ids or (mistral_call_id if quirks.short_call_ids else _same)
+    names = {p.id: p.name for m in messages for p in m.parts if isinstance(p, ToolCall)}
+
+    lead = 0
+    while lead < len(messages) and messages[lead].role == "system":
+        lead += 1
+    out: list[dict[str, Any]] = []
+    if lead:
+        out.append({"role": "system", "content": _join(_text(m) for m in messages[:lead])})
+
+    later_system: list[dict[str, Any]] = []  # placed before the next user/assistant
+    for message in messages[lead:]:
+        if message.role == "system":
+            if _text(message):
+                later_system.append({"role": "user", "content": _text(message)})
+        elif message.role == "tool":
+            out.extend(_tool_results(message, names, rename))
+        else:
+            out.extend(later_system)
+            later_system = []
+            if message.role == "user":
+                out.append({"role": "user", "content": _text(message)})
+            else:
+                out.append(_assistant(message, rename, quirks.text_arguments))
+    out.extend(later_system)
+    return _reshape(out, quirks)
+
+
+def needs_short_call_ids(template_source: str) -> bool:
+    """Whether the template rejects tool-call ids that are not 9 characters."""
+    return _SHORT_ID_DEMAND.search(template_source) is not None
+
+
+def mistral_call_id(call_id: str) -> str:
+    """A deterministic 9-character alphanumeric id for `call_id`. An id that
+    already has that shape (one the model produced) is kept as it is."""
+    if len(call_id) == 9 and call_id.isascii() and call_id.isalnum():
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    chars = []
+    for _ in range(9):
+        number, digit = divmod(number, len(_ALPHANUMERIC))
+        chars.append(_ALPHANUMERIC[digit])
+    return "".join(chars)
+
+
+def _reshape(out: list[dict[str, Any]], quirks: Quirks) -> list[dict[str, Any]]:
+    """Apply the quirks' role changes, then merge what must not stand apart."""
+    if quirks.no_tool_role:
+        out = [{"role": "user", "content": m["content"]} if m["role"] == "tool" else m for m in out]
+    if quirks.no_system_role and out and out[0]["role"] == "system":
+        out = [{"role": "user", "content": out[0]["content"]}, *out[1:]]
+    merged: list[dict[str, Any]] = []
+    for message in out:
+        before = merged[-1]["role"] if merged else None
+        if message["role"] == "user" and (
+            before == "user" or (before == "tool" and quirks.no_user_after_tool)
+        ):
+            merged[-1]["content"] = _join([merged[-1]["content"], message["content"]])
+        else:
+            merged.append(message)
+    return merged
+
+
+# ---- one message each ------------------------------------------------------
+
+
+def _same(call_id: str) -> str:
+    return call_id
+
+
+def _join(texts: Iterable[str]) -> str:
+    return PARAGRAPH.join(t for t in texts if t)
+
+
+def _text(message: Message) -> str:
+    # Only text parts: images are dropped on purpose (the engine refuses them
+    # earlier for text-only models); tool results arrive as `tool` messages.
+    return _join(p.text for p in message.parts if isinstance(p, Text))
+
+
+def _assistant(
+    message: Message, rename: Callable[[str], str], text_arguments: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": _text(message)}
+    calls = [
+        {
+            "id": rename(p.id),
+            "type": "function",
+            "function": {
+                "name": p.name,
+                "arguments": (p.arguments or "{}") if text_arguments else _arguments(p.arguments),
+            },
+        }
+        for p in message.parts
+        if isinstance(p, ToolCall)
+    ]
+    if calls:
+        out["tool_calls"] = calls
+    thinking = _join(p.text for p in message.parts if isinstance(p, Thinking))
+    if thinking:
+        out["reasoning_content"] = thinking
+    return out
+
+
+def _arguments(text: str) -> dict[str, Any] | str:
+    """Templates walk arguments as a mapping (most re-serialize it with
+    `tojson`, keeping the key order); text that is not a JSON object is
+    passed through as it came."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def _tool_results(
+    message: Message, names: dict[str, str], rename: Callable[[str], str]
+) -> list[dict[str, Any]]:
+    # `is_error` is ignored on purpose: no template has a place for it, and
+    # the content already says what failed.
+    return [
+        {
+            "role": "tool",
+            "tool_call_id": rename(p.call_id),
+            "name": p.name if p.name is not None else names.get(p.call_id, ""),
+            "content": p.content,
+        }
+        for p in message.parts
+        if isinstance(p, ToolResult)
+    ]
+
+
+__all__ = [
+    "NO_QUIRKS",
+    "PARAGRAPH",
+    "Quirks",
+    "mistral_call_id",
+    "needs_short_call_ids",
+    "to_template_messages",
+    "to_template_tools",
+]

@@ -1,0 +1,276 @@
+"""Render a model's Hugging Face style Jinja chat template.
+
+Templates are small programs written against `transformers.apply_chat_template`:
+they get `messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`
+and any extra switches (`enable_thinking`, `reasoning_effort`, ...), and call a
+few helpers HF provides (`raise_exception`, `strftime_now`, a `tojson` that
+does not HTML-escape). This module supplies that environment and nothing more;
+`prompt.py` builds the `messages` and `tools` it is given.
+
+    BadTemplate        the source does not compile (raised at load)
+    TemplateRaised     the template called raise_exception(msg)
+    InvalidRequest     what `render` raises for any failure while rendering
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+import jinja2
+import jinja2.meta
+from jinja2 import nodes
+from jinja2.ext import Extension
+from jinja2.parser import Parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from engy_local.engine.prompt import Quirks, needs_short_call_ids
+from engy_local.errors import InvalidRequest
+
+# Variables a template may read to toggle thinking, best first: DeepSeek's
+# templates read `thinking` but fall back to `enable_thinking`, so when both
+# appear `enable_thinking` is the one every such template honours.
+_THINKING_SWITCHES = ("enable_thinking", "thinking", "reasoning")
+
+# List methods that templates use to keep local queues (Kimi-K2 builds one
+# with `ns.ids.append(...)` / `ns.ids.pop(0)`). Every list a template sees is
+# built fresh for one render, so letting it mutate them cannot leak state.
+_LIST_MUTATORS = frozenset({"append", "pop", "extend", "insert"})
+
+
+class BadTemplate(ValueError):
+    """The template source does not compile."""
+
+
+class TemplateRaised(jinja2.TemplateError):
+    """The template called `raise_exception(message)`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.text = message
+
+
+class _GenerationTag(Extension):
+    """`{% generation %}...{% endgeneration %}`: HF marks the assistant's
+    tokens with it for training masks; for inference it renders its body."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja's Extension API declares it so)
+
+    def parse(self, parser: Parser) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, list) and attr in _LIST_MUTATORS:
+            return True
+        return super().is_safe_attribute(obj, attr, value)
+
+
+class _Undefined(jinja2.Undefined):
+    """Jinja's default Undefined (as in HF), except that `+` with a string
+    gives the string: templates concatenate tool-schema fields (a parameter's
+    `description`) that real agents' schemas often leave out."""
+
+    def __add__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else self._fail_with_undefined_error()
+
+    def __radd__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else self._fail_with_undefined_error()
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateRaised(str(message))
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # HF semantics: plain json.dumps, non-ASCII kept, no HTML escaping
+    # (jinja's own tojson turns `<` into `\u003c`, which changes prompts).
+    return json.dumps(
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+        default=_json_default,
+    )
+
+
+def _json_default(value: Any) -> Any:
+    # `tools | map(attribute='function') | tojson` hands over a generator.
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _from_json(text: str) -> Any:
+    return json.loads(text)
+
+
+def _environment(now: Callable[[], datetime]) -> _Sandbox:
+    env = _Sandbox(
+        undefined=_Undefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=["jinja2.ext.loopcontrols", _GenerationTag],
+    )
+    env.filters["tojson"] = _tojson
+    env.filters["from_json"] = _from_json
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: now().strftime(fmt)
+    # `namespace`, `range`, `dict` and the string methods templates call
+    # (strip, split, startswith, format, ...) are jinja/sandbox builtins.
+    return env
+
+
+class ChatTemplate:
+    """A compiled chat template. Compiling happens once, here; `render` is
+    called per request and never mutates the template."""
+
+    def __init__(
+        self,
+        source: str,
+        bos_token: str = "",
+        eos_token: str = "",
+        *,
+        now: Callable[[], datetime] = datetime.now,
+    ) -> None:
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self._now = now
+        env = _environment(now)
+        try:
+            ast = env.parse(source)
+            self._template = env.from_string(ast)
+        except jinja2.TemplateSyntaxError as e:
+            raise BadTemplate(
+                f"chat template does not compile: line {e.lineno}: {e.message}"
+            ) from e
+        # Names the template reads from its context (not ones it only sets).
+        self._reads = frozenset(jinja2.meta.find_undeclared_variables(ast))
+
+    @property
+    def supports_tools(self) -> bool:
+        return "tools" in self._reads
+
+    @property
+    def thinking_switch(self) -> str | None:
+        """The variable the template reads to turn thinking on or off."""
+        return next((name for name in _THINKING_SWITCHES if name in self._reads), None)
+
+    def reads(self, name: str) -> bool:
+        """Whether the template reads the variable `name` (e.g. `reasoning_effort`)."""
+        return name in self._reads
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        **extra: Any,
+    ) -> str:
+        context: dict[str, Any] = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        context.update(self._card_variables(tools))
+        context.update(extra)
+        context["messages"] = messages
+        context["add_generation_prompt"] = add_generation_prompt
+        # No tools: leave `tools` undefined, as llama.cpp does. Templates test
+        # `tools is defined`/`tools is not none` inconsistently, and undefined
+        # satisfies both spellings of "no tools" where None fails `| length`.
+        if tools:
+            context["tools"] = tools
+        try:
+            return self._template.render(context)
+        except TemplateRaised as e:
+            raise InvalidRequest(f"chat template: {e.text}") from e
+        except Exception as e:
+            # Anything else a template trips on (an undefined attribute, a
+            # type error, an empty pop) comes from the conversation's shape.
+            raise InvalidRequest(f"chat template: {type(e).__name__}: {e}") from e
+
+    def _card_variables(self, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """Variables a few templates read but never define, filled the way
+        their model cards fill them (Firefunction v2). A date, not a time:
+        a clock in the prompt would defeat KV-cache reuse."""
+        found: dict[str, Any] = {}
+        if "functions" in self._reads:
+            found["functions"] = json.dumps([t["function"] for t in tools or ()], indent=4)
+        if "datetime" in self._reads:
+            found["datetime"] = self._now().strftime("%Y-%m-%d")
+        return found
+
+    @cached_property
+    def quirks(self) -> Quirks:
+        """What this template cannot take, found once by rendering tiny probe
+        conversations (llama.cpp's minja probes capabilities the same way)."""
+        text_arguments = not self._renders([_USER, _call({"a": "b"})]) and self._renders(
+            [_USER, _call('{"a": "b"}')]
+        )
+        call = _call('{"a": "b"}' if text_arguments else {"a": "b"})
+        tool_role = self._renders([_USER, call, _RESULT], expect=_RESULT["content"])
+        system_role = self._renders([_SYSTEM, _USER], expect=_SYSTEM["content"]) and (
+            not tool_role
+            or self._renders([_SYSTEM, _USER, call, _RESULT], expect=_SYSTEM["content"])
+        )
+        return Quirks(
+            no_system_role=not system_role,
+            no_tool_role=not tool_role,
+            no_user_after_tool=tool_role and not self._renders([_USER, call, _RESULT, _USER]),
+            text_arguments=text_arguments,
+            short_call_ids=needs_short_call_ids(self.source),
+        )
+
+    def _renders(self, messages: list[dict[str, Any]], expect: str = "") -> bool:
+        try:
+            # Copies: templates may mutate lists, and the probe pieces are shared.
+            return expect in self.render(copy.deepcopy(messages), tools=copy.deepcopy(_PROBE_TOOLS))
+        except InvalidRequest:
+            return False
+
+
+# Probe conversation pieces. The call id is 9 alphanumerics, which every id
+# rule seen in the wild accepts.
+_SYSTEM = {"role": "system", "content": "engy-probe-system"}
+_USER = {"role": "user", "content": "engy-probe-user"}
+_RESULT = {
+    "role": "tool",
+    "tool_call_id": "call00001",
+    "name": "probe",
+    "content": "engy-probe-result",
+}
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "probe",
+            "description": "A probe.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "string", "description": "A."}},
+                "required": ["a"],
+            },
+        },
+    }
+]
+
+
+def _call(arguments: dict[str, Any] | str) -> dict[str, Any]:
+    function = {"name": "probe", "arguments": arguments}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "call00001", "type": "function", "function": function}],
+    }

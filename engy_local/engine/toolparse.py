@@ -1,0 +1,633 @@
+"""Incremental parsers of a model's raw output into neutral events.
+
+A parser is fed the generated text piece by piece (`feed(text) -> events`)
+and closed with `finish() -> events`. It turns reasoning into `ThinkingDelta`,
+answer text into `TextDelta`, and tool calls into `ToolCallStart`, then
+`ToolCallDelta` pieces of the arguments' JSON text as they are generated, then
+`ToolCallEnd`. How the pieces are split never changes what comes out: text is
+held back only while it may still be the start of a marker.
+
+One parser class per tool-call family, all built the same way
+(`Parser(tools=..., thinking=..., new_id=...)`) and listed in `PARSERS`;
+`detect_family` picks the family from the chat template's text. Families:
+
+    hermes  Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+    none    no tool-call syntax: all text is text (reasoning is still parsed)
+
+Reasoning (every family here)
+- With `thinking=True` the prompt already opened a `<think>` block, so the
+  output starts inside it; independently, a `<think>` ... `</think>` block at
+  the very start of the output (after optional whitespace) is reasoning.
+  An unclosed block is reasoning to the end. Inside it nothing else is parsed.
+- Whitespace just inside the tags and right after `</think>` is dropped:
+  Qwen3 writes `<think>\\n` ... `\\n</think>\\n\\n` and its template strips those
+  newlines again when it reads a turn back.
+
+Text and calls (hermes)
+- Text is delivered verbatim, except that whitespace touching a tool call
+  (before it, between calls, after the last one) is dropped.
+- `<tool_call>` JSON `</tool_call>`, whitespace anywhere JSON allows it. The
+  object holds "name" and "arguments" (or "parameters"), in any order; the
+  call starts when the name string is complete, and the arguments stream out
+  as they are generated (checked character by character as JSON, so every
+  delta sent is part of a valid object). Arguments given as a JSON string
+  that holds an object are decoded and sent as one delta when the string ends.
+- Several calls are numbered 0, 1, ...; text after them is still text.
+
+Bad output (never an exception, nothing silently lost before a call starts)
+1. A call naming a tool not in `tools`, with no name or a name that is not a
+   string, or whose JSON breaks before the name is complete: the whole block,
+   with the whitespace before it and both tags, is delivered as text.
+2. JSON that breaks after the call started, or an unclosed `<tool_call>` at
+   finish: the arguments are cut back to the last point where closing the open
+   string, arrays and objects gives a valid object, and closed; the closing
+   text is sent as a final delta. What follows in the block is dropped.
+3. Arguments missing, or not an object (null, a number, an array): `{}`.
+   String arguments that do not hold an object are repaired as in 2, or `{}`.
+4. A raw control character inside a JSON string (a literal newline in code) is
+   sent escaped (`\\n`) instead of breaking the call.
+5. Text after the call's JSON object and before `</tool_call>` (a stray `}`)
+   is dropped; a `<tool_call>` there ends this call and starts the next.
+6. Output that ends inside a possible marker (`<tool_ca`): flushed as text.
+Whatever the case, the deltas of a call joined equal its `ToolCallEnd`
+arguments, and they are a JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection
+from typing import Protocol
+
+from engy_local.chat import (
+    Event,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+
+__all__ = [
+    "PARSERS",
+    "HermesParser",
+    "JsonScanner",
+    "ParserFactory",
+    "PlainParser",
+    "ToolParser",
+    "detect_family",
+    "make_parser",
+    "repair_object",
+]
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
+
+
+class ToolParser(Protocol):
+    def feed(self, text: str) -> list[Event]: ...
+
+    def finish(self) -> list[Event]: ...
+
+
+class ParserFactory(Protocol):
+    def __call__(
+        self, *, tools: Collection[str], thinking: bool, new_id: Callable[[], str]
+    ) -> ToolParser: ...
+
+
+# ---- JSON, one character at a time -----------------------------------------
+
+_WS = " \t\n\r"
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+_HEX = "0123456789abcdefABCDEF"
+_LITERALS = {"t": "rue", "f": "alse", "n": "ull"}
+# number sub-state -> character class -> next sub-state (RFC 8259 grammar)
+_NUMBER: dict[str, dict[str, str]] = {
+    "-": {"0": "0", "d": "int"},
+    "0": {".": ".", "e": "e"},
+    "int": {"0": "int", "d": "int", ".": ".", "e": "e"},
+    ".": {"0": "frac", "d": "frac"},
+    "frac": {"0": "frac", "d": "frac", "e": "e"},
+    "e": {"0": "exp", "d": "exp", "s": "sign"},
+    "sign": {"0": "exp", "d": "exp"},
+    "exp": {"0": "exp", "d": "exp"},
+}
+_NUMBER_ENDS = frozenset({"0", "int", "frac", "exp"})
+
+
+def _number_class(c: str) -> str:
+    if c == "0":
+        return "0"
+    if "1" <= c <= "9":
+        return "d"
+    return {".": ".", "e": "e", "E": "e", "+": "s", "-": "s"}.get(c, "")
+
+
+class JsonScanner:
+    """Reads one JSON value a character at a time and knows, at every point,
+    whether the text so far can still become valid JSON and what closes it.
+
+    States: value, value_or_close (after `[`), key, key_or_close (after `{`),
+    colon, after (a value ended inside a container), string, number, literal,
+    done. Once `feed` returns None the scanner is broken: feed it no more.
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []  # open containers, "{" or "["
+        self.state = "value"
+        self.number = ""  # sub-state while in a number
+        self.literal = ""  # the rest of true / false / null still expected
+        self.in_key = False  # the open string is an object key
+        self.escape = 0  # 1 after a backslash, 2..5 inside \\uXXXX
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    def feed(self, c: str) -> str | None:
+        """Takes one character; returns the text to keep for it (itself, or an
+        escape for a raw control character in a string), or None if it cannot
+        continue valid JSON."""
+        state = self.state
+        if state == "string":
+            return self._string(c)
+        if state == "number":
+            step = _NUMBER[self.number].get(_number_class(c))
+            if step is not None:
+                self.number = step
+                return c
+            if self.number not in _NUMBER_ENDS:
+                return None
+            self._end_value()
+            return None if self.done else self.feed(c)
+        if state == "literal":
+            if c != self.literal[0]:
+                return None
+            self.literal = self.literal[1:]
+            if not self.literal:
+                self._end_value()
+            return c
+        if state == "done":
+            return None
+        if c in _WS:
+            return c
+        if state in ("value", "value_or_close"):
+            if c == "]" and state == "value_or_close":
+                return self._close(c)
+            return self._begin_value(c)
+        if state in ("key", "key_or_close"):
+            if c == '"':
+                self.state, self.in_key = "string", True
+                return c
+            return self._close(c) if c == "}" and state == "key_or_close" else None
+        if state == "colon":
+            if c != ":":
+                return None
+            self.state = "value"
+            return c
+        # after a value inside a container
+        top = self.stack[-1]
+        if c == ",":
+            self.state = "key" if top == "{" else "value"
+            return c
+        return self._close(c) if c == ("}" if top == "{" else "]") else None
+
+    def closer(self, base: int = 0) -> str | None:
+        """The text that completes the value open at nesting depth `base`
+        (0: the whole document) right here, or None if closing brackets and
+        a quote cannot complete it at this point."""
+        state = self.state
+        if state == "done":
+            return ""
+        if state == "string":
+            if self.in_key or self.escape:
+                return None
+            tail = '"'
+        elif state in ("after", "key_or_close", "value_or_close") or (
+            state == "number" and self.number in _NUMBER_ENDS
+        ):
+            tail = ""
+        else:
+            return None
+        return tail + "".join("}" if k == "{" else "]" for k in reversed(self.stack[base:]))
+
+    def _begin_value(self, c: str) -> str | None:
+        if c in "{[":
+            self.stack.append(c)
+            self.state = "key_or_close" if c == "{" else "value_or_close"
+        elif c == '"':
+            self.state, self.in_key = "string", False
+        elif c == "-" or c in "0123456789":
+            self.state = "number"
+            self.number = "-" if c == "-" else "0" if c == "0" else "int"
+        elif c in _LITERALS:
+            self.state, self.literal = "literal", _LITERALS[c]
+        else:
+            return None
+        return c
+
+    def _string(self, c: str) -> str | None:
+        if self.escape == 1:
+            if c == "u":
+                self.escape = 2
+            elif c in '"\\/bfnrt':
+                self.escape = 0
+            else:
+                return None
+            return c
+        if self.escape:
+            if c not in _HEX:
+                return None
+            self.escape = 0 if self.escape == 5 else self.escape + 1
+            return c
+        if c == '"':
+            if self.in_key:
+                self.state = "colon"
+            else:
+                self._end_value()
+            return c
+        if c == "\\":
+            self.escape = 1
+            return c
+        if c < " ":
+            return _ESCAPES.get(c, f"\\u{ord(c):04x}")
+        return c
+
+    def _close(self, c: str) -> str:
+        self.stack.pop()
+        self._end_value()
+        return c
+
+    def _end_value(self) -> None:
+        self.state = "after" if self.stack else "done"
+
+
+def repair_object(text: str) -> str:
+    """`text` as a JSON object: itself when it is one (ignoring what follows
+    it), else cut back to the last point where closing what is open gives a
+    valid object and closed there, else `{}`."""
+    text = text.lstrip()
+    if not text.startswith("{"):
+        return "{}"
+    scanner = JsonScanner()
+    out, good, closer = "", 0, "}"
+    for c in text:
+        piece = scanner.feed(c)
+        if piece is None:
+            break
+        out += piece
+        end = scanner.closer()
+        if end is not None:
+            good, closer = len(out), end
+        if scanner.done:
+            break
+    return out[:good] + closer
+
+
+def _decode_string(literal: str) -> str | None:
+    try:
+        value = json.loads(literal)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+# ---- one <tool_call> block --------------------------------------------------
+
+
+class _Call:
+    """The JSON of one call block, read a character at a time. Tracks the
+    keys of the top-level object, the name, and the arguments' text as kept
+    (see `JsonScanner.feed`): `args` holds the pieces up to the last point
+    where the arguments can be closed, `pending` what came after it."""
+
+    def __init__(self, lead: str) -> None:
+        self.raw = [lead, CALL_OPEN]  # everything read, for the text fallback
+        self.scanner = JsonScanner()
+        self.in_json = True  # False once the object is complete or broken
+        self.tail = ""  # after the JSON: held while it may be a marker
+        self.capture: list[str] | None = None  # a top-level key or the name
+        self.capturing = ""  # "key" or "name"
+        self.key: str | None = None  # the last key of the top-level object
+        self.name: str | None = None
+        self.bad_name = False  # the name is not a string
+        self.args_kind = ""  # "{", '"' or "other" once the arguments begin
+        self.args: list[str] = []
+        self.pending = ""
+        self.closer = ""  # what closes the arguments after `args`
+        self.args_done = False
+        self.sent = 0  # how many pieces of `args` went out as deltas
+        self.index = -1  # >= 0 once started
+
+    def feed_json(self, text: str) -> int:
+        """Reads JSON from `text`; returns how many characters it used."""
+        scanner, used = self.scanner, len(text)
+        for i, c in enumerate(text):
+            depth, before = len(scanner.stack), scanner.state
+            piece = scanner.feed(c)
+            if piece is None:
+                used, self.in_json = i, False
+                break
+            if depth == 1 and not (before == "value" and c in _WS):
+                self._top_level(before, c)
+            if self.capture is not None:
+                self.capture.append(piece)
+                if depth == 1 and before == "string" and scanner.state != "string":
+                    self._captured("".join(self.capture))
+            if self.args_kind in ("{", '"') and not self.args_done:
+                self.pending += piece
+                end = scanner.closer(1)
+                if end is not None:
+                    self.args.append(self.pending)
+                    self.pending, self.closer, self.args_done = "", end, end == ""
+            if scanner.done:
+                used, self.in_json = i + 1, False
+                break
+        if self.index < 0:
+            self.raw.append(text[:used])
+        return used
+
+    def _top_level(self, before: str, c: str) -> None:
+        """A character of the call object itself (not nested in a value)."""
+        if before in ("key", "key_or_close") and c == '"':
+            self.capture, self.capturing = [], "key"
+        elif before != "value":
+            return
+        elif self.key == "name" and self.name is None and not self.bad_name:
+            if c == '"':
+                self.capture, self.capturing = [], "name"
+            else:
+                self.bad_name = True
+        elif self.key in ("arguments", "parameters") and not self.args_kind:
+            self.args_kind = c if c in '{"' else "other"
+
+    def _captured(self, literal: str) -> None:
+        self.capture = None
+        if self.capturing == "key":
+            self.key = _decode_string(literal)
+        else:
+            self.name = _decode_string(literal)
+            self.bad_name = self.name is None
+
+    def feed_tail(self, text: str) -> tuple[str, str] | None:
+        """After the JSON: looks for `</tool_call>` (or a next `<tool_call>`).
+        Returns (the marker found, the text after it), or None for more."""
+        tail = self.tail + text
+        close, reopen = tail.find(CALL_CLOSE), tail.find(CALL_OPEN)
+        if close >= 0 and (reopen < 0 or close < reopen):
+            self.raw.append(tail[: close + len(CALL_CLOSE)])
+            self.tail = ""
+            return CALL_CLOSE, tail[close + len(CALL_CLOSE) :]
+        if reopen >= 0:
+            self.raw.append(tail[:reopen])
+            self.tail = ""
+            return CALL_OPEN, tail[reopen + len(CALL_OPEN) :]
+        keep = _held(tail, (CALL_CLOSE, CALL_OPEN), whitespace=False)
+        self.raw.append(tail[: len(tail) - keep])
+        self.tail = tail[len(tail) - keep :]
+        return None
+
+    def unsent(self) -> str:
+        """Arguments text ready to stream (object arguments of a started call)."""
+        if self.index < 0 or self.args_kind != "{":
+            return ""
+        piece = "".join(self.args[self.sent :])
+        self.sent = len(self.args)
+        return piece
+
+    def final_arguments(self) -> tuple[str, str]:
+        """(the whole arguments text, the last delta that completes it)."""
+        end = "" if self.args_done else self.closer
+        if self.args_kind == "{":
+            return "".join(self.args) + end, "".join(self.args[self.sent :]) + end
+        if self.args_kind == '"':
+            whole = repair_object(_decode_string("".join(self.args) + end) or "")
+            return whole, whole
+        return "{}", "{}"
+
+
+def _held(buf: str, markers: tuple[str, ...], *, whitespace: bool) -> int:
+    """How many characters at the end of `buf` to hold back: the longest
+    start of a marker there, and the whitespace before it if asked."""
+    n = 0
+    for marker in markers:
+        for k in range(min(len(marker) - 1, len(buf)), n, -1):
+            if buf.endswith(marker[:k]):
+                n = k
+                break
+    if whitespace:
+        head = buf[: len(buf) - n]
+        n += len(head) - len(head.rstrip())
+    return n
+
+
+def _merged(events: list[Event]) -> list[Event]:
+    """Joins neighbouring deltas of the same kind (and call)."""
+    out: list[Event] = []
+    for ev in events:
+        last = out[-1] if out else None
+        if isinstance(ev, TextDelta) and isinstance(last, TextDelta):
+            out[-1] = TextDelta(last.text + ev.text)
+        elif isinstance(ev, ThinkingDelta) and isinstance(last, ThinkingDelta):
+            out[-1] = ThinkingDelta(last.text + ev.text)
+        elif (
+            isinstance(ev, ToolCallDelta)
+            and isinstance(last, ToolCallDelta)
+            and last.index == ev.index
+        ):
+            out[-1] = ToolCallDelta(ev.index, last.arguments + ev.arguments)
+        else:
+            out.append(ev)
+    return out
+
+
+# ---- the parsers ------------------------------------------------------------
+
+
+class PlainParser:
+    """Reasoning and text; no tool-call syntax (family "none"). The base of
+    the families that add one."""
+
+    parses_calls = False
+
+    def __init__(
+        self, *, tools: Collection[str], thinking: bool, new_id: Callable[[], str]
+    ) -> None:
+        # configuration
+        self._tools = frozenset(tools)
+        self._thinking = thinking
+        self._new_id = new_id
+        # state
+        self._mode = "start"  # start, think, gap, text, call, finished
+        self._buf = ""  # text received and not yet handled
+        self._lead = True  # nothing but whitespace seen inside <think> yet
+        self._call: _Call | None = None
+        self._calls = 0
+        self._steps: dict[str, Callable[[list[Event], bool], bool]] = {
+            "start": self._start,
+            "think": self._think,
+            "gap": self._gap,
+            "text": self._text,
+            "call": self._in_call,
+        }
+
+    def feed(self, text: str) -> list[Event]:
+        if self._mode == "finished" or not text:
+            return []
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Event]:
+        if self._mode == "finished":
+            return []
+        events = self._run(final=True)
+        self._mode, self._buf = "finished", ""
+        return events
+
+    def _run(self, *, final: bool) -> list[Event]:
+        out: list[Event] = []
+        while self._steps[self._mode](out, final):
+            pass
+        return _merged(out)
+
+    # Each step handles `self._buf` in one mode; True when it changed mode
+    # and the next one should go on.
+
+    def _start(self, out: list[Event], final: bool) -> bool:
+        rest = self._buf.lstrip()
+        if rest.startswith(THINK_OPEN):
+            self._buf, self._mode = rest[len(THINK_OPEN) :], "think"
+            return True
+        if THINK_OPEN.startswith(rest) and not final:
+            return False
+        self._mode = "think" if self._thinking else "text"
+        return True
+
+    def _think(self, out: list[Event], final: bool) -> bool:
+        buf = self._buf
+        end = buf.find(THINK_CLOSE)
+        if end >= 0:
+            self._reason(out, buf[:end].rstrip())
+            self._buf, self._mode = buf[end + len(THINK_CLOSE) :], "gap"
+            return True
+        if final:
+            self._reason(out, buf.rstrip())
+            self._buf = ""
+            return False
+        keep = _held(buf, (THINK_CLOSE,), whitespace=True)
+        self._reason(out, buf[: len(buf) - keep])
+        self._buf = buf[len(buf) - keep :]
+        return False
+
+    def _reason(self, out: list[Event], text: str) -> None:
+        if self._lead:
+            text = text.lstrip()
+        if text:
+            self._lead = False
+            out.append(ThinkingDelta(text))
+
+    def _gap(self, out: list[Event], final: bool) -> bool:
+        self._buf = self._buf.lstrip()
+        if not self._buf:
+            return False
+        self._mode = "text"
+        return True
+
+    def _text(self, out: list[Event], final: bool) -> bool:
+        buf = self._buf
+        if not self.parses_calls:
+            keep = 0
+        else:
+            at = buf.find(CALL_OPEN)
+            if at >= 0:
+                before = buf[:at]
+                text = before.rstrip()
+                if text:
+                    out.append(TextDelta(text))
+                self._call = _Call(before[len(text) :])
+                self._buf, self._mode = buf[at + len(CALL_OPEN) :], "call"
+                return True
+            keep = 0 if final else _held(buf, (CALL_OPEN,), whitespace=True)
+        if len(buf) > keep:
+            out.append(TextDelta(buf[: len(buf) - keep]))
+        self._buf = buf[len(buf) - keep :]
+        return False
+
+    def _in_call(self, out: list[Event], final: bool) -> bool:
+        call = self._call
+        assert call is not None
+        buf, self._buf = self._buf, ""
+        if call.in_json:
+            buf = buf[call.feed_json(buf) :]
+            self._stream(call, out)
+        if not call.in_json:
+            found = call.feed_tail(buf)
+            if found is not None:
+                marker, self._buf = found
+                self._end_call(call, out)
+                if marker == CALL_OPEN:
+                    self._call, self._mode = _Call(""), "call"
+                return True
+        if final:
+            call.raw.append(call.tail)
+            self._end_call(call, out)
+        return False
+
+    def _stream(self, call: _Call, out: list[Event]) -> None:
+        if call.index < 0 and call.name is not None and call.name in self._tools:
+            call.index, self._calls = self._calls, self._calls + 1
+            out.append(ToolCallStart(call.index, self._new_id(), call.name))
+        piece = call.unsent()
+        if piece:
+            out.append(ToolCallDelta(call.index, piece))
+
+    def _end_call(self, call: _Call, out: list[Event]) -> None:
+        self._call = None
+        if call.index < 0:
+            out.append(TextDelta("".join(call.raw)))
+            self._mode = "text"
+            return
+        whole, last = call.final_arguments()
+        if last:
+            out.append(ToolCallDelta(call.index, last))
+        out.append(ToolCallEnd(call.index, whole))
+        self._mode = "gap"
+
+
+class HermesParser(PlainParser):
+    """Hermes / Qwen `<tool_call>` JSON calls (family "hermes")."""
+
+    parses_calls = True
+
+
+PARSERS: dict[str, ParserFactory] = {
+    "hermes": HermesParser,
+    "none": PlainParser,
+}
+
+# Family -> markers that must all be in the chat template. The first match
+# wins, so a family whose markers include another's goes before it.
+_DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (("hermes", (CALL_OPEN,)),)
+
+
+def detect_family(template_source: str) -> str:
+    """The tool-call family a chat template speaks, from its text."""
+    for family, markers in _DETECT:
+        if all(m in template_source for m in markers):
+            return family
+    return "none"
+
+
+def make_parser(
+    family: str, *, tools: Collection[str], thinking: bool, new_id: Callable[[], str]
+) -> ToolParser:
+    try:
+        factory = PARSERS[family]
+    except KeyError:
+        raise ValueError(
+            f"unknown tool-call family {family!r} (known: {', '.join(sorted(PARSERS))})"
+        ) from None
+    return factory(tools=tools, thinking=thinking, new_id=new_id)

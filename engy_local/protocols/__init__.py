@@ -1,0 +1,1 @@
+"""Wire protocols: pure translation between JSON and the neutral types."""
