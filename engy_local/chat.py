@@ -8,7 +8,7 @@ of `Event`s, and the protocol turns those events back into its own JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
 StopReason = Literal["end_turn", "max_tokens", "tool_use", "stop_sequence"]
@@ -53,7 +53,7 @@ class ToolResult:
     name: str | None = None
 
 
-Part = Union[Text, Image, Thinking, ToolCall, ToolResult]
+Part = Text | Image | Thinking | ToolCall | ToolResult
 
 
 @dataclass(frozen=True)
@@ -191,17 +191,17 @@ class Finished:
     usage: Usage
 
 
-Event = Union[
-    Started,
-    PromptProgress,
-    Heartbeat,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallStart,
-    ToolCallDelta,
-    ToolCallEnd,
-    Finished,
-]
+Event = (
+    Started
+    | PromptProgress
+    | Heartbeat
+    | TextDelta
+    | ThinkingDelta
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | Finished
+)
 
 
 @dataclass
