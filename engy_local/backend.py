@@ -1,6 +1,6 @@
 """What the HTTP server and the REPL need from whatever runs the model.
 
-`engine.LocalBackend` implements it on llama.cpp; protocol tests may use a
+`engine.pool.ModelPool` implements it on llama.cpp; protocol tests may use a
 scripted one. Nothing here imports llama_cpp.
 """
 

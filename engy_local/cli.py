@@ -65,6 +65,18 @@ def serve(
     queue_size: Annotated[
         int, typer.Option("--queue-size", help="Requests that may wait for the model")
     ] = 16,
+    memory_budget: Annotated[
+        float,
+        typer.Option(
+            "--memory-budget", help="GiB the loaded models may take (0: 80% of RAM)", min=0
+        ),
+    ] = 0,
+    keep_alive: Annotated[
+        float,
+        typer.Option(
+            "--keep-alive", help="Seconds an idle model stays loaded (0: until room is needed)"
+        ),
+    ] = 1800,
 ) -> None:
     """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
     from .serve import ServeOptions, run_server
@@ -80,6 +92,8 @@ def serve(
         timeout=timeout or None,
         max_output_tokens=max_output_tokens,
         queue_size=queue_size,
+        memory_budget=int(memory_budget * (1 << 30)) or None,
+        keep_alive=keep_alive or None,
     )
     try:
         run_server(options, console)

@@ -8,8 +8,9 @@ from pathlib import Path
 from rich.console import Console
 
 from .catalog import CatalogError, load_catalog
-from .engine.local import LocalBackend, ServedModel
+from .engine.local import ServedModel
 from .engine.model import LoadOptions
+from .engine.pool import ModelPool
 from .server import Settings, create_app
 from .store import locate
 
@@ -26,6 +27,8 @@ class ServeOptions:
     timeout: float | None = 600.0
     max_output_tokens: int = 8192
     queue_size: int = 16
+    memory_budget: int | None = None  # bytes; None: 80% of RAM
+    keep_alive: float | None = 1800.0  # seconds an idle model stays loaded
 
 
 def resolve_model(ref: str | None, options: ServeOptions) -> ServedModel:
@@ -53,13 +56,17 @@ def resolve_model(ref: str | None, options: ServeOptions) -> ServedModel:
     return ServedModel(id=entry.id, options=load, aliases=entry.aliases, quantization=entry.quant)
 
 
-def build_backend(options: ServeOptions) -> LocalBackend:
-    served = resolve_model(options.model, options)
-    return LocalBackend(
-        served,
+def build_backend(options: ServeOptions) -> ModelPool:
+    """The pool of models to serve, with the asked-for one loaded."""
+    primary = resolve_model(options.model, options)
+    return ModelPool(
+        [primary],
+        primary=primary.id,
         output_cap=options.max_output_tokens,
         queue_size=options.queue_size,
         timeout=options.timeout,
+        memory_budget=options.memory_budget,
+        keep_alive=options.keep_alive,
     )
 
 

@@ -55,8 +55,13 @@ class Worker:
     def __init__(self, model: Model, queue_size: int = 16) -> None:
         self.model = model
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self._running = False
         self._thread = threading.Thread(target=self._loop, name="engy-model", daemon=True)
         self._thread.start()
+
+    def idle(self) -> bool:
+        """Nothing running and nothing waiting: the model may be unloaded."""
+        return not self._running and self._jobs.empty()
 
     def submit(self, job: Job) -> None:
         try:
@@ -79,6 +84,7 @@ class Worker:
             if job.cancelled.is_set():
                 job.emit(None)
                 continue
+            self._running = True
             try:
                 self._run(job)
             except EngyError as exc:
@@ -87,6 +93,7 @@ class Worker:
                 log.exception("generation failed")
                 job.emit(ServerError(f"generation failed: {exc}"))
             finally:
+                self._running = False
                 job.emit(None)
 
     def _run(self, job: Job) -> None:
