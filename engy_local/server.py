@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .backend import Backend, Generation
-from .chat import Answer, Event, Heartbeat
+from .chat import Answer, Event, Heartbeat, PromptProgress
 from .errors import (
     EngyError,
     InvalidRequest,
@@ -42,6 +42,9 @@ Protocol_ = Literal["anthropic", "openai"]
 # Bodies over this are refused with 413. Claude Code's and Codex's first
 # turns are about 50 KB; a long agent session stays well under this.
 MAX_BODY_BYTES = 32 * 1024 * 1024
+# A stream quiet for this long (queued, or a long prompt being processed)
+# gets an event clients ignore; Codex gives up after 300 s of silence.
+KEEPALIVE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -114,13 +117,21 @@ async def _collect(request: Request, generation: Generation) -> Answer:
 def _stream(machine: StreamMachine, generation: Generation) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         yield _sse(machine.start())
+        last_write = time.monotonic()
         try:
             async for event in generation:
-                out = (
-                    machine.keepalive() if isinstance(event, Heartbeat) else machine.process(event)
-                )
+                if isinstance(event, (Heartbeat, PromptProgress)):
+                    # Progress comes every prompt chunk; a keep-alive (a whole
+                    # response object, for Responses) is only worth sending
+                    # when the stream has been quiet for a while.
+                    if time.monotonic() - last_write < KEEPALIVE_SECONDS:
+                        continue
+                    out = machine.keepalive()
+                else:
+                    out = machine.process(event)
                 if out:
                     yield _sse(out)
+                    last_write = time.monotonic()
         except EngyError as err:
             yield _sse(machine.fail(err))
         except Exception as exc:  # the stream has begun: report, then close
