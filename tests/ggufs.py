@@ -51,7 +51,7 @@ LENGTH_BONUS, LENGTH_CAP = 0.125, 16
 # End-of-turn markers of common chat templates, tried in order when no end_token is given.
 END_TOKEN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<turn|>", "<end_of_turn>", "<|end|>")
 
-N_EMBD_MIN = 64
+N_EMBD_MIN = 32
 N_HEAD = 4
 N_FF = 128
 
@@ -191,6 +191,7 @@ def build_tiny_gguf(
     answer: str | None = None,
     context_length: int = 32768,
     end_token: str | None = None,
+    split_max_tensors: int = 0,
 ) -> Path:
     """Write a tiny llama-architecture GGUF to ``out`` and return ``out``.
 
@@ -204,6 +205,9 @@ def build_tiny_gguf(
       prompt (e.g. "\\n" after ChatML's "assistant\\n").
     end_token: the end-of-turn token's text; by default the template's marker
       (<|im_end|>, <|eot_id|>, <turn|>, ...) or else the vocab's eot/eos id.
+    split_max_tensors: when set, write a split GGUF with at most this many tensors per
+      part, as `<out stem>-00001-of-0000N.gguf` ... next to `out` (gguf-split's names);
+      returns the first part.
     """
     import gguf
 
@@ -259,7 +263,7 @@ def build_tiny_gguf(
         for src, dst in enumerate(nexts):
             output[dst, src] = CHAIN_LOGIT / scale
 
-    w = gguf.GGUFWriter(out, "llama")
+    w = gguf.GGUFWriter(out, "llama", split_max_tensors=split_max_tensors)
     w.add_name(f"engy-tiny-{vocab}")
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
@@ -297,6 +301,8 @@ def build_tiny_gguf(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if split_max_tensors:
+        return sorted(out.parent.glob(f"{out.stem}-00001-of-*.gguf"))[0]
     return out
 
 
