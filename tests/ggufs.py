@@ -316,6 +316,8 @@ def tiny_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
     params = inspect.signature(build_tiny_gguf).bind(Path(), **kwargs)
     params.apply_defaults()
     args = {k: v for k, v in params.arguments.items() if k != "out"}
+    if args["split_max_tensors"]:
+        raise ValueError("tiny_gguf_cached makes single files; call build_tiny_gguf to split")
     h = hashlib.sha256(repr(sorted(args.items())).encode())
     h.update(Path(__file__).read_bytes())
     h.update(vocab_path(args["vocab"]).read_bytes())

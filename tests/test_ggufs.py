@@ -199,3 +199,47 @@ def test_other_vocabs(cache_dir: Path, vocab: str, template: str) -> None:
         jsonschema.validate(json.loads(out["choices"][0]["text"]), TOOL_SCHEMA)
     finally:
         llm.close()
+
+
+def test_long_answer_grows_the_model(tmp_path: Path) -> None:
+    # 40+ tokens do not fit the minimum width; every word is distinct, so tokens are too.
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi"
+    answer = f"{words} omicron pi rho sigma tau upsilon phi chi psi omega, one two six ten. Done!"
+    assert len(ggufs.tokenize(ggufs.vocab_path("qwen2"), answer)) > ggufs.N_EMBD_MIN
+    llm = load(ggufs.build_tiny_gguf(tmp_path / "m.gguf", answer=answer))
+    try:
+        out = llm.create_completion(render(QWEN3, CHATS[0]), max_tokens=80, temperature=1.0)
+        assert out["choices"][0]["text"] == answer
+        assert out["choices"][0]["finish_reason"] == "stop"
+    finally:
+        llm.close()
+
+
+def test_explicit_end_token(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a single token"):
+        ggufs.build_tiny_gguf(tmp_path / "bad.gguf", end_token="<|no such token|>")
+    # No template to read the marker from: name it, and the model stops on it.
+    path = ggufs.build_tiny_gguf(
+        tmp_path / "m.gguf", template=None, answer="Hi.", end_token="<|im_end|>"
+    )
+    llm = load(path)
+    try:
+        ids = generate_ids(llm, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", 1.0)
+        assert llm.detokenize(ids[:-1]) == b"Hi."
+        assert ids[-1] == llm.tokenize(b"<|im_end|>", add_bos=False, special=True)[0]
+    finally:
+        llm.close()
+
+
+def test_split_gguf_loads(tmp_path: Path) -> None:
+    first = ggufs.build_tiny_gguf(tmp_path / "Tiny-F16.gguf", answer="Hi.", split_max_tensors=4)
+    parts = sorted(tmp_path.glob("Tiny-F16-*-of-00003.gguf"))
+    assert first == parts[0] and len(parts) == 3  # 12 tensors, 4 per part
+    llm = load(first)  # llama.cpp finds the other parts by name
+    try:
+        out = llm.create_completion(render(QWEN3, CHATS[0]), max_tokens=10, temperature=0.0)
+        assert out["choices"][0]["text"] == "Hi."
+    finally:
+        llm.close()
+    with pytest.raises(ValueError, match="single files"):
+        ggufs.tiny_gguf_cached(tmp_path, split_max_tensors=4)
