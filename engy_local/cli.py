@@ -172,10 +172,12 @@ def remove(
     except CatalogError as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
         raise typer.Exit(1) from None
-    for r in gone:
+    for r in gone.models:
         done = f"removed ({human_size(r.size)})" if r.owned else f"forgot it; {r.path} is kept"
         name = f"{r.id}@{r.quant}" if r.quant else r.id
         console.print(f"{name}: {done}", soft_wrap=True, highlight=False)
+    for directory in gone.unfinished:
+        console.print(f"removed an unfinished download: {directory}", soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover

@@ -333,11 +333,29 @@ def _from_pypi(entry: Entry) -> Path:
 # --- removing --------------------------------------------------------------------
 
 
-def remove(ref: str) -> list[Installed]:
+@dataclass(frozen=True)
+class Removed:
+    models: list[Installed]  # installed models removed (or, imported ones, forgotten)
+    unfinished: list[Path]  # directories of interrupted pulls, deleted with their .part files
+
+
+def _unfinished(names: set[str], quant: str) -> list[Path]:
+    root = models_dir()
+    if not root.is_dir():
+        return []
+    found = []
+    for name in names:
+        pattern = f"{_slug(name)}@{_slug(quant) if quant else '*'}"
+        found += [d for d in root.glob(pattern) if d.is_dir() and not (d / MANIFEST).exists()]
+    return sorted(set(found))
+
+
+def remove(ref: str) -> Removed:
     """Remove the store's models `ref` names (every quant, unless `@quant`
-    is given). Files the store downloaded are deleted; a file imported by
-    reference is forgotten, never deleted. Models in the Hugging Face cache
-    are left alone (CatalogError says so). Returns what was removed."""
+    is given), and any unfinished pull of them. Files the store downloaded
+    are deleted; a file imported by reference is forgotten, never deleted.
+    Models in the Hugging Face cache are left alone (CatalogError says so,
+    as it does when nothing by that name is in the store)."""
     catalog = load_catalog()
     name, quant = _split_ref(ref)
     entry = catalog.find(name)
@@ -345,13 +363,6 @@ def remove(ref: str) -> list[Installed]:
     gone = [r for r in pulled(check_files=False) if wanted & set(r.names())]
     if quant:
         gone = [r for r in gone if r.quant.lower() == quant.lower()]
-    if not gone:
-        if any(wanted & set(r.names()) for r in cached(catalog)):
-            raise CatalogError(
-                f"{ref} is in the Hugging Face cache ({hfcache.hub_cache()}), which engy "
-                "does not delete from: use `hf cache delete`"
-            )
-        raise CatalogError(f"{ref} is not installed (see `engy list`)")
     for record in gone:
         assert record.manifest is not None
         directory = record.manifest.parent
@@ -361,4 +372,18 @@ def remove(ref: str) -> list[Installed]:
                 if path is not None and record.owned and path.parent == directory:
                     path.unlink(missing_ok=True)
         shutil.rmtree(directory, ignore_errors=True)
-    return gone
+    unfinished = []
+    for directory in _unfinished(wanted, quant):
+        with lock(directory):  # waits for a pull that is still running
+            if (directory / MANIFEST).exists():
+                continue  # it finished meanwhile: installed, not ours to delete unasked
+        shutil.rmtree(directory, ignore_errors=True)
+        unfinished.append(directory)
+    if not gone and not unfinished:
+        if any(wanted & set(r.names()) for r in cached(catalog)):
+            raise CatalogError(
+                f"{ref} is in the Hugging Face cache ({hfcache.hub_cache()}), which engy "
+                "does not delete from: use `hf cache delete`"
+            )
+        raise CatalogError(f"{ref} is not installed (see `engy list`)")
+    return Removed(gone, unfinished)

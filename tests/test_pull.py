@@ -335,3 +335,17 @@ F16 = {{ file = "Answer-F16.gguf", size = {len(data)}, sha256 = "{sha256(data)}"
         assert reply.status_code == 200, reply.text
         text = "".join(b.get("text", "") for b in reply.json()["content"])
         assert ANSWER in text
+
+
+def test_rm_discards_an_unfinished_pull(hub: Hub, tiny_bytes: bytes) -> None:
+    key = f"{REPO}/Tiny-Q4_K_M.gguf"
+    hub.add(key, tiny_bytes)
+    hub.drop_after[key] = 1 << 20
+    assert run("pull", f"hf:{REPO}")[0] == 1
+    models = Path(os.environ["ENGY_HOME"]) / "models"
+    assert list(models.glob("*/*.part"))
+
+    code, out = run("rm", f"hf:{REPO}")
+    assert code == 0 and "unfinished download" in out
+    assert not list(models.glob("*/*.part")) and not list(models.iterdir())
+    assert run("rm", f"hf:{REPO}")[0] == 1  # nothing left
