@@ -73,8 +73,10 @@ def test_markers_and_names_appear() -> None:
 
 
 def test_bad_requests() -> None:
-    with pytest.raises(ValueError, match="no forced-call grammar"):
+    with pytest.raises(ValueError, match="unknown tool-call family 'nope'"):
         forced_call_grammar([ToolSpec("a", "", {})], family="nope")
+    with pytest.raises(ValueError, match="no forced-call grammar"):
+        forced_call_grammar([ToolSpec("a", "", {})], family="none")
     with pytest.raises(ValueError, match="at least one tool"):
         forced_call_grammar([])
 

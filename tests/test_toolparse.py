@@ -21,13 +21,11 @@ from engy_local.chat import (
     ToolCallEnd,
     ToolCallStart,
 )
+from engy_local.engine.families import detect_family, get, make_parser
 from engy_local.engine.toolparse import (
-    PARSERS,
     HermesParser,
     JsonScanner,
     PlainParser,
-    detect_family,
-    make_parser,
     repair_object,
 )
 
@@ -502,6 +500,6 @@ def test_detect_family(template: str, family: str) -> None:
 
 
 def test_registry() -> None:
-    assert PARSERS["hermes"] is HermesParser and PARSERS["none"] is PlainParser
+    assert get("hermes").parser is HermesParser and get("none").parser is PlainParser
     with pytest.raises(ValueError, match="unknown tool-call family"):
         make_parser("nope", tools=(), thinking=False, new_id=lambda: "x")

@@ -25,9 +25,8 @@ A tool whose reduced schema still fails to convert or to compile falls back to
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import llama_cpp
@@ -35,7 +34,7 @@ from llama_cpp.llama_grammar import SchemaConverter
 
 from engy_local.chat import ToolSpec
 
-__all__ = ["check_grammar", "forced_call_grammar"]
+__all__ = ["check_grammar", "forced_call_grammar", "literal"]
 
 _MAX_REPEAT = 64
 _ANY: dict[str, Any] = {"type": ["object", "array", "string", "number", "boolean", "null"]}
@@ -66,11 +65,13 @@ def forced_call_grammar(
 ) -> str:
     """A grammar whose every sentence is one call to one of `tools` in
     `family`'s syntax. `reasoning=True`: the output starts inside a reasoning
-    block the prompt opened, which must end (`</think>`) before the call."""
-    try:
-        build = _FAMILIES[family]
-    except KeyError:
-        raise ValueError(f"no forced-call grammar for tool-call family {family!r}") from None
+    block the prompt opened, which must end (`</think>` or the family's own
+    marker) before the call."""
+    from .families import get  # the families build on this module
+
+    chosen = get(family)
+    if chosen.call_rules is None:
+        raise ValueError(f"no forced-call grammar for tool-call family {family!r}")
     first: dict[str, ToolSpec] = {}
     for tool in tools:
         first.setdefault(tool.name, tool)
@@ -79,40 +80,22 @@ def forced_call_grammar(
         raise ValueError("a forced tool call needs at least one tool")
     rules: dict[str, str] = {}
     roots = [_schema_rules(spec.parameters, f"t{i}-", rules) for i, spec in enumerate(specs)]
-    build([spec.name for spec in specs], roots, rules)
+    chosen.call_rules([spec.name for spec in specs], roots, rules)
     if reasoning:
-        rules.update(_until("</think>", "reasoning"))
+        rules.update(_until(chosen.reasoning_end, "reasoning"))
         rules["root"] = "reasoning-0 [ \\t\\n]? [ \\t\\n]? call"
     else:
         rules["root"] = "call"
     return "\n".join(f"{name} ::= {body}" for name, body in rules.items()) + "\n"
 
 
-# ---- families: the call syntax around the arguments -------------------------
-
-
-def _hermes(names: list[str], roots: list[str], rules: dict[str, str]) -> None:
-    """<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>"""
-    for i, (name, root) in enumerate(zip(names, roots, strict=True)):
-        quoted = json.dumps(name, ensure_ascii=False)[1:-1]
-        rules[f"call-{i}"] = _literal(quoted + '", "arguments": ') + " " + root
-    alternatives = " | ".join(f"call-{i}" for i in range(len(names)))
-    head, tail = _literal('<tool_call>\n{"name": "'), _literal("}\n</tool_call>")
-    rules["call"] = f"{head} ({alternatives}) {tail}"
-
-
-_FAMILIES: dict[str, Callable[[list[str], list[str], dict[str, str]], None]] = {
-    "hermes": _hermes,
-}
-
-
 # ---- one tool's arguments ----------------------------------------------------
 
 
 class _Converter(SchemaConverter):
-    def _format_literal(self, literal: str) -> str:
+    def _format_literal(self, text: str) -> str:
         # The original leaves backslashes unescaped, which breaks JSON escapes.
-        return _literal(literal)
+        return literal(text)
 
 
 def _schema_rules(parameters: Any, prefix: str, rules: dict[str, str]) -> str:
@@ -239,7 +222,7 @@ def _limit(value: Any) -> int | None:
 _LITERAL_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _literal(text: str) -> str:
+def literal(text: str) -> str:
     """`text` as a GBNF string literal."""
     out = []
     for c in text:
@@ -272,7 +255,7 @@ def _until(marker: str, name: str) -> dict[str, str]:
         other = "[^" + "".join(_class_char(c) for c in moves) + "]"
         alternatives = [f"{other} {name}-0"]
         for c, j in moves.items():
-            alternatives.append(_literal(c) if j == len(marker) else f"{_literal(c)} {name}-{j}")
+            alternatives.append(literal(c) if j == len(marker) else f"{literal(c)} {name}-{j}")
         rules[f"{name}-{k}"] = " | ".join(alternatives)
     return rules
 

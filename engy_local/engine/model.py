@@ -13,6 +13,7 @@ from llama_cpp._logger import set_verbose
 
 from ..errors import EngyError
 from ..ggufmeta import NotGGUF, read_metadata, trained_context
+from .families import detect, get
 from .template import ChatTemplate
 
 # Prompts are evaluated in chunks of this many tokens; between chunks the
@@ -35,6 +36,7 @@ class LoadOptions:
     gpu_layers: int | None = None  # None: all when the build offloads, else 0
     threads: int | None = None
     chat_template: str | None = None  # overrides tokenizer.chat_template
+    family: str | None = None  # overrides the tool-call family detection
 
 
 def gpu_backend() -> str | None:
@@ -92,6 +94,7 @@ class Model:
                 f"{path.name} has no chat template; give one in models.toml (chat_template)"
             )
         self.template = ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
+        self.family = get(options.family) if options.family else detect(source)
 
     def _token_text(self, token: int) -> str:
         if token < 0:

@@ -14,7 +14,7 @@ from .decode import SamplingParams
 from .grammar import forced_call_grammar
 from .model import Model
 from .prompt import to_template_messages, to_template_tools
-from .toolparse import PARSERS, ToolParser, detect_family
+from .toolparse import ToolParser
 
 # Defaults for what a request leaves out (llama.cpp's own defaults).
 DEFAULT_TEMPERATURE = 0.8
@@ -50,7 +50,9 @@ def render(model: Model, request: ChatRequest) -> tuple[str, bool]:
     # A forced call is constrained from the first token, so no thinking first.
     thinking = False if forced else request.thinking
     switch = model.template.thinking_switch
-    if switch and thinking is not None:
+    if thinking is not None and model.family.thinking is not None:
+        extra.update(model.family.thinking(thinking))
+    elif thinking is not None and switch:
         extra[switch] = thinking
     messages = to_template_messages(request.messages, quirks=model.template.quirks)
     text = model.template.render(
@@ -82,7 +84,7 @@ def prepare(model: Model, request: ChatRequest, output_cap: int) -> Prepared:
         )
     max_tokens = min(asked or output_cap, output_cap, room)
 
-    family = detect_family(model.template.source)
+    family = model.family
     # Templates that open the reasoning block themselves leave the model
     # inside it from the first token.
     in_thinking = text.rstrip().endswith("<think>")
@@ -93,9 +95,9 @@ def prepare(model: Model, request: ChatRequest, output_cap: int) -> Prepared:
         chosen: tuple[ToolSpec, ...] = tools
         if choice.mode == "tool":
             chosen = tuple(t for t in tools if t.name == choice.name)
-        grammar = forced_call_grammar(chosen, family, reasoning=in_thinking)
+        grammar = forced_call_grammar(chosen, family.name, reasoning=in_thinking)
     names = frozenset(t.name for t in tools)
-    parser_class = PARSERS[family]
+    parser_class = family.parser
     s = request.sampling
     params = SamplingParams(
         max_tokens=max_tokens,

@@ -8,8 +8,8 @@ answer text into `TextDelta`, and tool calls into `ToolCallStart`, then
 held back only while it may still be the start of a marker.
 
 One parser class per tool-call family, all built the same way
-(`Parser(tools=..., thinking=..., new_id=...)`) and listed in `PARSERS`;
-`detect_family` picks the family from the chat template's text. Families:
+(`Parser(tools=..., thinking=..., new_id=...)`); the families package lists
+them and picks one from the chat template's text. The two here:
 
     hermes  Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
     none    no tool-call syntax: all text is text (reasoning is still parsed)
@@ -69,14 +69,11 @@ from engy_local.chat import (
 )
 
 __all__ = [
-    "PARSERS",
     "HermesParser",
     "JsonScanner",
     "ParserFactory",
     "PlainParser",
     "ToolParser",
-    "detect_family",
-    "make_parser",
     "repair_object",
 ]
 
@@ -601,33 +598,3 @@ class HermesParser(PlainParser):
     """Hermes / Qwen `<tool_call>` JSON calls (family "hermes")."""
 
     parses_calls = True
-
-
-PARSERS: dict[str, ParserFactory] = {
-    "hermes": HermesParser,
-    "none": PlainParser,
-}
-
-# Family -> markers that must all be in the chat template. The first match
-# wins, so a family whose markers include another's goes before it.
-_DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (("hermes", (CALL_OPEN,)),)
-
-
-def detect_family(template_source: str) -> str:
-    """The tool-call family a chat template speaks, from its text."""
-    for family, markers in _DETECT:
-        if all(m in template_source for m in markers):
-            return family
-    return "none"
-
-
-def make_parser(
-    family: str, *, tools: Collection[str], thinking: bool, new_id: Callable[[], str]
-) -> ToolParser:
-    try:
-        factory = PARSERS[family]
-    except KeyError:
-        raise ValueError(
-            f"unknown tool-call family {family!r} (known: {', '.join(sorted(PARSERS))})"
-        ) from None
-    return factory(tools=tools, thinking=thinking, new_id=new_id)

@@ -1,0 +1,86 @@
+"""Tool-call families: how a model writes tool calls and reasoning.
+
+Each module in this package describes one family with a `FAMILY` object and
+is found by discovery, so adding a family is adding a module. A family has:
+
+    markers      strings that must all be in a chat template for it to speak
+                 this family (detection works on the template text, never on
+                 the file name; `priority` orders the checks, lower first, so
+                 a family whose markers include another's goes before it)
+    parser       an incremental parser of the model's output into neutral
+                 events (text, thinking, tool calls streamed as generated)
+    call_rules   GBNF rules for exactly one call in the family's own syntax,
+                 used when tool_choice forces a call (None: cannot be forced)
+    thinking     template variables that switch thinking on or off, when the
+                 template's switch is not a plain enable_thinking / thinking
+    reasoning_end  the text that closes a reasoning block (for grammars that
+                 must let reasoning the prompt opened finish first)
+
+`models.toml` may name a family for a model to override detection.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ..toolparse import ParserFactory, ToolParser
+
+# (tool names, the rule name of each tool's arguments object, rules so far)
+# -> adds a rule "call" matching one call in the family's syntax.
+CallRules = Callable[[list[str], list[str], dict[str, str]], None]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    markers: tuple[str, ...]
+    parser: ParserFactory
+    call_rules: CallRules | None = None
+    priority: int = 100
+    thinking: Callable[[bool], dict[str, Any]] | None = None
+    reasoning_end: str = "</think>"
+
+
+@cache
+def registry() -> dict[str, Family]:
+    found: dict[str, Family] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        family = getattr(module, "FAMILY", None)
+        if isinstance(family, Family):
+            found[family.name] = family
+    return found
+
+
+def get(name: str) -> Family:
+    try:
+        return registry()[name]
+    except KeyError:
+        known = ", ".join(sorted(registry()))
+        raise ValueError(f"unknown tool-call family {name!r} (known: {known})") from None
+
+
+def detect(template_source: str) -> Family:
+    """The family a chat template speaks; "none" when it has no tool syntax."""
+    candidates = sorted(
+        (f for f in registry().values() if f.markers), key=lambda f: (f.priority, f.name)
+    )
+    for family in candidates:
+        if all(m in template_source for m in family.markers):
+            return family
+    return get("none")
+
+
+def detect_family(template_source: str) -> str:
+    return detect(template_source).name
+
+
+def make_parser(
+    family: str, *, tools: Collection[str], thinking: bool, new_id: Callable[[], str]
+) -> ToolParser:
+    return get(family).parser(tools=tools, thinking=thinking, new_id=new_id)
