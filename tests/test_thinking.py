@@ -33,8 +33,9 @@ def server() -> Iterator[EngyServer]:
 
 
 @pytest.fixture(scope="module")
-def client(server: EngyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=120)
+def client(server: EngyServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=120) as c:
+        yield c
 
 
 def _model(server: EngyServer) -> str:
