@@ -449,6 +449,9 @@ class PlainParser:
     the families that add one."""
 
     parses_calls = False
+    # The reasoning block's tags (Mistral writes [THINK] ... [/THINK]).
+    think_open = THINK_OPEN
+    think_close = THINK_CLOSE
 
     def __init__(
         self, *, tools: Collection[str], thinking: bool, new_id: Callable[[], str]
@@ -494,27 +497,27 @@ class PlainParser:
     # and the next one should go on.
 
     def _start(self, out: list[Event], final: bool) -> bool:
-        rest = self._buf.lstrip()
-        if rest.startswith(THINK_OPEN):
-            self._buf, self._mode = rest[len(THINK_OPEN) :], "think"
+        rest, opener = self._buf.lstrip(), self.think_open
+        if rest.startswith(opener):
+            self._buf, self._mode = rest[len(opener) :], "think"
             return True
-        if THINK_OPEN.startswith(rest) and not final:
+        if opener.startswith(rest) and not final:
             return False
         self._mode = "think" if self._thinking else "text"
         return True
 
     def _think(self, out: list[Event], final: bool) -> bool:
-        buf = self._buf
-        end = buf.find(THINK_CLOSE)
+        buf, closer = self._buf, self.think_close
+        end = buf.find(closer)
         if end >= 0:
             self._reason(out, buf[:end].rstrip())
-            self._buf, self._mode = buf[end + len(THINK_CLOSE) :], "gap"
+            self._buf, self._mode = buf[end + len(closer) :], "gap"
             return True
         if final:
             self._reason(out, buf.rstrip())
             self._buf = ""
             return False
-        keep = _held(buf, (THINK_CLOSE,), whitespace=True)
+        keep = _held(buf, (closer,), whitespace=True)
         self._reason(out, buf[: len(buf) - keep])
         self._buf = buf[len(buf) - keep :]
         return False
