@@ -11,7 +11,8 @@ body in one place (`protocols.anthropic.error_body`, `protocols.responses.error_
     ├── Busy                    429   the request queue is full
     ├── NoWorker                503   no loaded model meets the provider requirements
     ├── GenerationTimeout       504   a generation ran past --timeout
-    └── ServerError             500   anything else that went wrong inside
+    ├── ServerError             500   anything else that went wrong inside
+    └── RemoteError             any   what a server answered to `engy chat --url`
 """
 
 from __future__ import annotations
@@ -78,3 +79,13 @@ class GenerationTimeout(EngyError):
 
 class ServerError(EngyError):
     status = 500
+
+
+class RemoteError(EngyError):
+    """An error a server answered `engy chat --url` with: the HTTP status
+    (500 for one inside a stream), the error's type or code, its message."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
