@@ -102,6 +102,73 @@ def serve(
         raise typer.Exit(1) from None
 
 
+@app.command()
+def chat(
+    model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Argument(help="A GGUF path or model id (with --url: the server's model id)"),
+    ] = None,
+    url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Talk to a running server (engy serve) instead of loading the model"),
+    ] = None,
+    api: Annotated[
+        str, typer.Option(help="With --url: the API to speak, 'messages' or 'responses'")
+    ] = "messages",
+    api_key: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--api-key", envvar="ENGY_API_KEY", help="With --url: the server's key"),
+    ] = None,
+    system: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="System prompt"),
+    ] = None,
+    think: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option("--think/--no-think", help="Ask for thinking, or not (default: the model's)"),
+    ] = None,
+    hide_thinking: Annotated[
+        bool, typer.Option("--hide-thinking", help="Do not show the model's thinking")
+    ] = False,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Cap on tokens per answer (0: what fits)")
+    ] = 0,
+    temperature: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Sampling temperature (default: the engine's)"),
+    ] = None,
+    ctx_size: Annotated[
+        int, typer.Option("--ctx-size", help="Cap on the context window (0: the model's own)")
+    ] = 32768,
+    gpu_layers: Annotated[
+        str, typer.Option("--gpu-layers", help="'auto' (all when the build can offload) or N")
+    ] = "auto",
+    threads: Annotated[int, typer.Option(help="CPU threads (0: all cores)")] = 0,
+) -> None:
+    """Talk to a model in the terminal: in-process, or through a server with --url."""
+    from .catalog import engy_home
+    from .repl import ChatOptions, run_chat
+
+    if api not in ("messages", "responses"):
+        raise typer.BadParameter("expected 'messages' or 'responses'", param_hint="--api")
+    options = ChatOptions(
+        model=model,
+        url=url,
+        api="messages" if api == "messages" else "responses",
+        api_key=api_key or None,
+        system=system,
+        thinking=think,
+        show_thinking=not hide_thinking,
+        max_tokens=max_tokens or None,
+        temperature=temperature,
+        ctx_size=ctx_size or None,
+        gpu_layers=_gpu_layers(gpu_layers),
+        threads=threads or None,
+        history=engy_home() / "chat_history",
+    )
+    raise typer.Exit(run_chat(options, Console()))
+
+
 @app.command(name="models")
 def list_catalog() -> None:
     """List the models in the catalog."""
