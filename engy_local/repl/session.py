@@ -137,7 +137,7 @@ class Session:
 
     async def cmd_help(self, arg: str) -> bool:
         for name, (_, usage, text) in COMMANDS.items():
-            line = Text(f"  {(name + ' ' + usage).strip():<32}", style="bold")
+            line = Text(f"  {(name + ' ' + usage).strip():<34}", style="bold")
             line.append(text)
             self.console.print(line)
         self.say(
