@@ -214,6 +214,12 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
             responses.render_response(parsed, answer, response_id=response_id, created_at=created)
         )
 
+    async def count_response_tokens(request: Request) -> Response:
+        parsed = responses.parse_request(await _read_json(request, settings.max_body_bytes))
+        loop = asyncio.get_running_loop()
+        n = await loop.run_in_executor(None, backend.count_tokens, parsed.chat)
+        return JSONResponse({"object": "response.input_tokens", "input_tokens": n})
+
     async def list_models(request: Request) -> Response:
         # One list both SDKs read: Anthropic's page shape and OpenAI's list.
         data = [
@@ -251,6 +257,11 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         Route("/v1/messages", endpoint("anthropic", messages), methods=["POST"]),
         Route("/v1/messages/count_tokens", endpoint("anthropic", count_tokens), methods=["POST"]),
         Route("/v1/responses", endpoint("openai", create_response), methods=["POST", "GET"]),
+        Route(
+            "/v1/responses/input_tokens",
+            endpoint("openai", count_response_tokens),
+            methods=["POST"],
+        ),
         Route("/v1/models", endpoint("anthropic", list_models), methods=["GET"]),
         Route("/", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
         Route("/api/hello", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),

@@ -152,3 +152,12 @@ def test_provider_with_wrong_types_is_400(server: EngyServer, provider: object) 
     body = {"model": "gemma-3-270m", "input": "Hi", "provider": provider}
     r = http.post(server.url + "/v1/responses", json=body)
     assert r.status_code == 400 and r.json()["error"]["param"].startswith("provider")
+
+
+def test_responses_input_tokens_counts_exactly(server: EngyServer) -> None:
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as oai:
+        kwargs = {"model": "gemma-3-270m", "instructions": "Be brief.", "input": "Count me."}
+        counted = oai.responses.input_tokens.count(**kwargs)  # type: ignore[arg-type]
+        r = oai.responses.create(max_output_tokens=16, **kwargs)  # type: ignore[arg-type]
+    assert r.usage is not None
+    assert counted.input_tokens == r.usage.input_tokens > 5
