@@ -74,6 +74,16 @@ T_RESULT = {
 }
 
 
+CALL_2 = ToolCall("toolu_02", "list_dir", '{"path": "src"}')
+RESULT_2 = ToolResult("toolu_02", "main.py")
+T_CALL_2 = {
+    **T_CALL,
+    "id": "toolu_02",
+    "function": {"name": "list_dir", "arguments": {"path": "src"}},
+}
+T_RESULT_2 = {**T_RESULT, "tool_call_id": "toolu_02", "content": "main.py"}
+
+
 def u(content: str) -> dict[str, Any]:
     return {"role": "user", "content": content}
 
@@ -227,6 +237,39 @@ QUIRK_RESHAPES = [
                     }
                 ]
             )
+        ],
+    ),
+    (
+        "reasoning under the key the template reads",
+        Quirks(reasoning_key="thinking"),
+        [assistant("a", thinking="t")],
+        [a("a", thinking="t")],
+    ),
+    (
+        "text beside calls joins the reasoning",
+        Quirks(call_text_in_reasoning=True),
+        [assistant("a", CALL, thinking="t"), tool(RESULT), assistant("b", thinking="t2")],
+        [
+            a(tool_calls=[T_CALL], reasoning_content="t\n\na"),
+            T_RESULT,
+            a("b", reasoning_content="t2"),
+        ],
+    ),
+    (
+        "one call per turn, each followed by its result",
+        Quirks(one_call_per_turn=True),
+        [
+            assistant("a", CALL, CALL_2, thinking="t"),
+            tool(RESULT_2, ToolResult("other", "x"), RESULT),
+            user("u"),
+        ],
+        [
+            a("a", tool_calls=[T_CALL], reasoning_content="t"),
+            T_RESULT,
+            a(tool_calls=[T_CALL_2]),
+            T_RESULT_2,
+            {"role": "tool", "tool_call_id": "other", "name": "", "content": "x"},
+            u("u"),
         ],
     ),
     (
@@ -396,6 +439,11 @@ QUIRKS = {
     "microsoft-Phi-3.5-mini-instruct": Quirks(no_tool_role=True),
     "llama-cpp-rwkv-world": Quirks(no_tool_role=True),
     "Qwen-Qwen3-0.6B": NO_QUIRKS,
+    # Reads `thinking`, refuses it beside text on a call, renders one call a turn.
+    "openai-gpt-oss-120b": Quirks(
+        reasoning_key="thinking", call_text_in_reasoning=True, one_call_per_turn=True
+    ),
+    "LFM2.5-8B-A1B": Quirks(reasoning_key="thinking"),
 }
 
 

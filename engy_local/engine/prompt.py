@@ -54,6 +54,15 @@ class Quirks:
     # Tool-call ids must be 9 alphanumerics (Mistral): ids go through
     # `mistral_call_id` unless the caller passes its own `call_ids`.
     short_call_ids: bool = False
+    # The key an assistant turn's reasoning goes under: gpt-oss and LFM2.5
+    # read `thinking` and ignore `reasoning_content`.
+    reasoning_key: str = "reasoning_content"
+    # Text and reasoning beside tool calls raise together (gpt-oss, which
+    # renders either one as the calls' analysis): the text joins the reasoning.
+    call_text_in_reasoning: bool = False
+    # Only an assistant turn's first call is rendered (gpt-oss): a turn with
+    # several becomes one turn per call, each followed by its own result.
+    one_call_per_turn: bool = False
 
 
 NO_QUIRKS = Quirks()
@@ -124,7 +133,10 @@ def mistral_call_id(call_id: str) -> str:
 
 
 def _reshape(out: list[dict[str, Any]], quirks: Quirks) -> list[dict[str, Any]]:
-    """Apply the quirks' role changes, then merge what must not stand apart."""
+    """Apply the quirks' changes, then merge what must not stand apart."""
+    out = [_reasoning(m, quirks) if m["role"] == "assistant" else m for m in out]
+    if quirks.one_call_per_turn:
+        out = _one_call_per_turn(out)
     if quirks.no_tool_role:
         out = [{"role": "user", "content": m["content"]} if m["role"] == "tool" else m for m in out]
     if quirks.no_system_role and out and out[0]["role"] == "system":
@@ -139,6 +151,39 @@ def _reshape(out: list[dict[str, Any]], quirks: Quirks) -> list[dict[str, Any]]:
         else:
             merged.append(message)
     return merged
+
+
+def _reasoning(message: dict[str, Any], quirks: Quirks) -> dict[str, Any]:
+    reasoning = message.pop("reasoning_content", "")
+    if quirks.call_text_in_reasoning and reasoning and message.get("tool_calls"):
+        reasoning, message["content"] = _join([reasoning, message["content"]]), ""
+    if reasoning:
+        message[quirks.reasoning_key] = reasoning
+    return message
+
+
+def _one_call_per_turn(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each call of a turn as a turn of its own, followed by its results;
+    results that answer none of the turn's calls keep their place after it."""
+    reshaped: list[dict[str, Any]] = []
+    i = 0
+    while i < len(out):
+        message, i = out[i], i + 1
+        calls = message.get("tool_calls", []) if message["role"] == "assistant" else []
+        if len(calls) < 2:
+            reshaped.append(message)
+            continue
+        results = []
+        while i < len(out) and out[i]["role"] == "tool":
+            results.append(out[i])
+            i += 1
+        for k, call in enumerate(calls):
+            turn = {"role": "assistant", "content": ""} if k else dict(message)
+            reshaped.append({**turn, "tool_calls": [call]})
+            reshaped.extend(r for r in results if r["tool_call_id"] == call["id"])
+        ids = {call["id"] for call in calls}
+        reshaped.extend(r for r in results if r["tool_call_id"] not in ids)
+    return reshaped
 
 
 # ---- one message each ------------------------------------------------------

@@ -225,12 +225,40 @@ class ChatTemplate:
             not tool_role
             or self._renders([_SYSTEM, _USER, call, _RESULT], expect=_SYSTEM["content"])
         )
+        # Reasoning beside a call, followed by its result: every template
+        # that keeps reasoning at all keeps it there.
+        reasoning_key = next(
+            (
+                key
+                for key in ("reasoning_content", "thinking")
+                if self._renders([_USER, {**call, key: _THINKING}, _RESULT], expect=_THINKING)
+            ),
+            "reasoning_content",
+        )
+        both = {**call, "content": "engy-probe-text", reasoning_key: _THINKING}
         return Quirks(
             no_system_role=not system_role,
             no_tool_role=not tool_role,
             no_user_after_tool=tool_role and not self._renders([_USER, call, _RESULT, _USER]),
             text_arguments=text_arguments,
             short_call_ids=needs_short_call_ids(self.source),
+            reasoning_key=reasoning_key,
+            call_text_in_reasoning=self._raises([_USER, both, _RESULT])
+            and self._renders([_USER, {**call, reasoning_key: _THINKING}, _RESULT]),
+            one_call_per_turn=tool_role and self._drops_second_call(text_arguments),
+        )
+
+    def _drops_second_call(self, text_arguments: bool) -> bool:
+        """Whether a turn's first call renders and its second does not."""
+
+        def call(value: str, call_id: str) -> dict[str, Any]:
+            arguments = {"a": value}
+            return _call(json.dumps(arguments) if text_arguments else arguments, call_id)
+
+        first, second = call(_FIRST, "call00001"), call(_SECOND, "call00002")
+        two = {**first, "tool_calls": first["tool_calls"] + second["tool_calls"]}
+        return self._renders([_USER, first, _RESULT], expect=_FIRST) and not self._renders(
+            [_USER, two, _RESULT, _RESULT_2], expect=_SECOND
         )
 
     def _renders(self, messages: list[dict[str, Any]], expect: str = "") -> bool:
@@ -239,6 +267,13 @@ class ChatTemplate:
             return expect in self.render(copy.deepcopy(messages), tools=copy.deepcopy(_PROBE_TOOLS))
         except InvalidRequest:
             return False
+
+    def _raises(self, messages: list[dict[str, Any]]) -> bool:
+        try:
+            self.render(copy.deepcopy(messages), tools=copy.deepcopy(_PROBE_TOOLS))
+        except InvalidRequest:
+            return True
+        return False
 
 
 # Probe conversation pieces. The call id is 9 alphanumerics, which every id
@@ -251,6 +286,10 @@ _RESULT = {
     "name": "probe",
     "content": "engy-probe-result",
 }
+_THINKING = "engy-probe-thinking"
+_FIRST = "engy-probe-first"
+_SECOND = "engy-probe-second"
+_RESULT_2 = {**_RESULT, "tool_call_id": "call00002", "content": "engy-probe-result-2"}
 _PROBE_TOOLS = [
     {
         "type": "function",
@@ -267,10 +306,10 @@ _PROBE_TOOLS = [
 ]
 
 
-def _call(arguments: dict[str, Any] | str) -> dict[str, Any]:
+def _call(arguments: dict[str, Any] | str, call_id: str = "call00001") -> dict[str, Any]:
     function = {"name": "probe", "arguments": arguments}
     return {
         "role": "assistant",
         "content": "",
-        "tool_calls": [{"id": "call00001", "type": "function", "function": function}],
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
     }
