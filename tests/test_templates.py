@@ -436,6 +436,12 @@ QUIRKS = {
     "Mistral-Small-3.2-24B-Instruct-2506": Quirks(no_user_after_tool=True, short_call_ids=True),
     "mistralai-Ministral-3-14B-Reasoning-2512": Quirks(no_user_after_tool=True),
     "meetkai-functionary-medium-v3.2": Quirks(text_arguments=True),
+    # Calls render only in a turn without text, and (DeepSeek R1's own
+    # template) only when its content is null and its arguments are text.
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": Quirks(
+        text_arguments=True, calls_apart=True, null_call_content=True
+    ),
+    "llama-cpp-deepseek-r1": Quirks(calls_apart=True),
     "microsoft-Phi-3.5-mini-instruct": Quirks(no_tool_role=True),
     "llama-cpp-rwkv-world": Quirks(no_tool_role=True),
     "Qwen-Qwen3-0.6B": NO_QUIRKS,

@@ -63,6 +63,12 @@ class Quirks:
     # Only an assistant turn's first call is rendered (gpt-oss): a turn with
     # several becomes one turn per call, each followed by its own result.
     one_call_per_turn: bool = False
+    # Calls render only in a turn without text (DeepSeek R1's templates):
+    # a turn's text goes in an assistant turn of its own before its calls.
+    calls_apart: bool = False
+    # ... and only when that turn's content is null (R1 / V3's own templates
+    # test `content is none`).
+    null_call_content: bool = False
 
 
 NO_QUIRKS = Quirks()
@@ -109,7 +115,7 @@ def to_template_messages(
             if message.role == "user":
                 out.append({"role": "user", "content": _text(message)})
             else:
-                out.append(_assistant(message, rename, quirks.text_arguments))
+                out.extend(_assistant(message, rename, quirks))
     out.extend(later_system)
     return _reshape(out, quirks)
 
@@ -204,8 +210,9 @@ def _text(message: Message) -> str:
 
 
 def _assistant(
-    message: Message, rename: Callable[[str], str], text_arguments: bool
-) -> dict[str, Any]:
+    message: Message, rename: Callable[[str], str], quirks: Quirks
+) -> list[dict[str, Any]]:
+    text_arguments = quirks.text_arguments
     out: dict[str, Any] = {"role": "assistant", "content": _text(message)}
     calls = [
         {
@@ -219,12 +226,18 @@ def _assistant(
         for p in message.parts
         if isinstance(p, ToolCall)
     ]
+    turns = [out]
     if calls:
         out["tool_calls"] = calls
+        if quirks.calls_apart and out["content"]:
+            turns.insert(0, {"role": "assistant", "content": out["content"]})
+            out["content"] = ""
+        if quirks.null_call_content and not out["content"]:
+            out["content"] = None
     thinking = _join(p.text for p in message.parts if isinstance(p, Thinking))
     if thinking:
         out["reasoning_content"] = thinking
-    return out
+    return turns
 
 
 def _arguments(text: str) -> dict[str, Any] | str:

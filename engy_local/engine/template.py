@@ -216,10 +216,13 @@ class ChatTemplate:
     def quirks(self) -> Quirks:
         """What this template cannot take, found once by rendering tiny probe
         conversations (llama.cpp's minja probes capabilities the same way)."""
-        text_arguments = not self._renders([_USER, _call({"a": "b"})]) and self._renders(
-            [_USER, _call('{"a": "b"}')]
+        null_content = not self._shows_call("") and self._shows_call(None)
+        empty = None if null_content else ""
+        calls_apart = self._shows_call(empty) and not self._shows_call(_TEXT)
+        text_arguments = not self._renders([_USER, _call({"a": "b"}, content=empty)]) and (
+            self._renders([_USER, _call('{"a": "b"}', content=empty)])
         )
-        call = _call('{"a": "b"}' if text_arguments else {"a": "b"})
+        call = _call('{"a": "b"}' if text_arguments else {"a": "b"}, content=empty)
         tool_role = self._renders([_USER, call, _RESULT], expect=_RESULT["content"])
         system_role = self._renders([_SYSTEM, _USER], expect=_SYSTEM["content"]) and (
             not tool_role
@@ -246,6 +249,15 @@ class ChatTemplate:
             call_text_in_reasoning=self._raises([_USER, both, _RESULT])
             and self._renders([_USER, {**call, reasoning_key: _THINKING}, _RESULT]),
             one_call_per_turn=tool_role and self._drops_second_call(text_arguments),
+            calls_apart=calls_apart,
+            null_call_content=null_content,
+        )
+
+    def _shows_call(self, content: str | None) -> bool:
+        """Whether a turn of one call and this content renders the call."""
+        arguments: list[dict[str, Any] | str] = [{"a": _FIRST}, json.dumps({"a": _FIRST})]
+        return any(
+            self._renders([_USER, _call(a, content=content)], expect=_FIRST) for a in arguments
         )
 
     def _drops_second_call(self, text_arguments: bool) -> bool:
@@ -287,6 +299,7 @@ _RESULT = {
     "content": "engy-probe-result",
 }
 _THINKING = "engy-probe-thinking"
+_TEXT = "engy-probe-text"
 _FIRST = "engy-probe-first"
 _SECOND = "engy-probe-second"
 _RESULT_2 = {**_RESULT, "tool_call_id": "call00002", "content": "engy-probe-result-2"}
@@ -306,10 +319,12 @@ _PROBE_TOOLS = [
 ]
 
 
-def _call(arguments: dict[str, Any] | str, call_id: str = "call00001") -> dict[str, Any]:
+def _call(
+    arguments: dict[str, Any] | str, call_id: str = "call00001", content: str | None = ""
+) -> dict[str, Any]:
     function = {"name": "probe", "arguments": arguments}
     return {
         "role": "assistant",
-        "content": "",
+        "content": content,
         "tool_calls": [{"id": call_id, "type": "function", "function": function}],
     }
