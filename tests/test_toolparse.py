@@ -488,8 +488,8 @@ def test_json_scanner_rejects_invalid_json(text: str) -> None:
         ("Qwen-Qwen3-0.6B.jinja", "hermes"),
         ("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"),
         ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes"),
-        ("meta-llama-Llama-3.1-8B-Instruct.jinja", "none"),
-        ("google-gemma-2-2b-it.jinja", "none"),
+        ("meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3"),
+        ("google-gemma-2-2b-it.jinja", "generic"),
     ],
 )
 def test_detect_family(template: str, family: str) -> None:

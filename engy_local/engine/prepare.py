@@ -5,10 +5,10 @@ and the parser for this model's output format."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..chat import ChatRequest, Image, ToolSpec
+from ..chat import ChatRequest, Image, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong
 from .decode import SamplingParams
 from .grammar import forced_call_grammar
@@ -54,10 +54,15 @@ def render(model: Model, request: ChatRequest) -> tuple[str, bool]:
         extra.update(model.family.thinking(thinking))
     elif thinking is not None and switch:
         extra[switch] = thinking
-    messages = to_template_messages(request.messages, quirks=model.template.quirks)
+    conversation: Sequence[Message] = request.messages
+    template_tools = to_template_tools(tools)
+    if model.family.tools_as_text is not None:
+        # The template cannot take tools: they, calls and results become text.
+        conversation, template_tools = model.family.tools_as_text(conversation, tools), []
+    messages = to_template_messages(conversation, quirks=model.template.quirks)
     text = model.template.render(
         messages,
-        tools=to_template_tools(tools) or None,
+        tools=template_tools or None,
         add_generation_prompt=True,
         **extra,
     )

@@ -15,6 +15,14 @@ is found by discovery, so adding a family is adding a module. A family has:
                  template's switch is not a plain enable_thinking / thinking
     reasoning_end  the text that closes a reasoning block (for grammars that
                  must let reasoning the prompt opened finish first)
+    tools_as_text  for templates that cannot render tools at all: rewrites a
+                 conversation so that the tools (described in the system
+                 prompt), earlier calls and their results are plain text; the
+                 template then gets no `tools`
+
+Detection takes the first family whose markers are all in the template; a
+template with none of them that does not render `tools` gets "generic"
+(tools described in the system prompt), any other "none".
 
 `models.toml` may name a family for a model to override detection.
 """
@@ -23,11 +31,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from engy_local.chat import Message, ToolSpec
+
+from ..template import BadTemplate, ChatTemplate
 from ..toolparse import ParserFactory, ToolParser
 
 # (tool names, the rule name of each tool's arguments object, rules so far)
@@ -44,6 +55,7 @@ class Family:
     priority: int = 100
     thinking: Callable[[bool], dict[str, Any]] | None = None
     reasoning_end: str = "</think>"
+    tools_as_text: Callable[[Sequence[Message], Sequence[ToolSpec]], list[Message]] | None = None
 
 
 @cache
@@ -66,14 +78,22 @@ def get(name: str) -> Family:
 
 
 def detect(template_source: str) -> Family:
-    """The family a chat template speaks; "none" when it has no tool syntax."""
+    """The family a chat template speaks: "generic" when it cannot render
+    tools, "none" when it can but in no syntax known here."""
     candidates = sorted(
         (f for f in registry().values() if f.markers), key=lambda f: (f.priority, f.name)
     )
     for family in candidates:
         if all(m in template_source for m in family.markers):
             return family
-    return get("none")
+    return get("none" if _renders_tools(template_source) else "generic")
+
+
+def _renders_tools(template_source: str) -> bool:
+    try:
+        return ChatTemplate(template_source).supports_tools
+    except BadTemplate:
+        return True  # not ours to describe tools to; loading reports the error
 
 
 def detect_family(template_source: str) -> str:
