@@ -40,7 +40,10 @@ CHAIN_LOGIT = 80.0
 # arrays and before adding items ('}' > ']' > ',').
 # Where the grammar forces a character, the single-char token must win over the many
 # tokens that start with it and run on into a string (e.g. ':";\n'), hence ':' '{' '['.
+# Gemma 4 writes strings between <|"|> tokens, and '"' may stand inside them: its close
+# quote must beat '"' (in JSON it can never be chosen: it holds a '"').
 PREFERENCES = {'"': 50, "}": 36, "]": 30, ",": 24, ":": 20, "0": 18, "{": 16, "[": 14}
+PREFERENCES['<|"|>'] = 52
 # Once a grammar is complete only end-of-generation tokens are allowed (or whitespace):
 # make the end token win there too. Far below '"', so a plain model does not stop at once.
 END_PREFERENCE = 10
