@@ -273,6 +273,12 @@ QUIRK_RESHAPES = [
         ],
     ),
     (
+        "one call per turn keeps null content null",
+        Quirks(one_call_per_turn=True, null_call_content=True),
+        [assistant("", CALL, CALL_2), tool(RESULT, RESULT_2)],
+        [a(None, tool_calls=[T_CALL]), T_RESULT, a(None, tool_calls=[T_CALL_2]), T_RESULT_2],
+    ),
+    (
         "short call ids rename the call and its result alike",
         Quirks(short_call_ids=True),
         [assistant("", CALL), tool(RESULT)],

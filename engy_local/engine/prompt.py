@@ -161,8 +161,9 @@ def _reshape(out: list[dict[str, Any]], quirks: Quirks) -> list[dict[str, Any]]:
 
 def _reasoning(message: dict[str, Any], quirks: Quirks) -> dict[str, Any]:
     reasoning = message.pop("reasoning_content", "")
-    if quirks.call_text_in_reasoning and reasoning and message.get("tool_calls"):
-        reasoning, message["content"] = _join([reasoning, message["content"]]), ""
+    text = message["content"]
+    if quirks.call_text_in_reasoning and reasoning and text and message.get("tool_calls"):
+        reasoning, message["content"] = _join([reasoning, text]), ""
     if reasoning:
         message[quirks.reasoning_key] = reasoning
     return message
@@ -184,7 +185,9 @@ def _one_call_per_turn(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
             results.append(out[i])
             i += 1
         for k, call in enumerate(calls):
-            turn = {"role": "assistant", "content": ""} if k else dict(message)
+            # Later turns: no text, written as the first turn's empty content is.
+            empty = None if message["content"] is None else ""
+            turn = {"role": "assistant", "content": empty} if k else dict(message)
             reshaped.append({**turn, "tool_calls": [call]})
             reshaped.extend(r for r in results if r["tool_call_id"] == call["id"])
         ids = {call["id"] for call in calls}
