@@ -92,7 +92,7 @@ def prepare(model: Model, request: ChatRequest, output_cap: int) -> Prepared:
     family = model.family
     # Templates that open the reasoning block themselves leave the model
     # inside it from the first token.
-    in_thinking = text.rstrip().endswith("<think>")
+    in_thinking = text.rstrip().endswith(family.reasoning_start)
     choice = request.tool_choice
     tools = () if choice.mode == "none" else request.tools
     grammar = None

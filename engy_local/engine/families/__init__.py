@@ -13,6 +13,8 @@ is found by discovery, so adding a family is adding a module. A family has:
                  used when tool_choice forces a call (None: cannot be forced)
     thinking     template variables that switch thinking on or off, when the
                  template's switch is not a plain enable_thinking / thinking
+    reasoning_start  the text that opens a reasoning block: a prompt that ends
+                 with it leaves the model reasoning from its first token
     reasoning_end  the text that closes a reasoning block (for grammars that
                  must let reasoning the prompt opened finish first)
     tools_as_text  for templates that cannot render tools at all: rewrites a
@@ -54,6 +56,7 @@ class Family:
     call_rules: CallRules | None = None
     priority: int = 100
     thinking: Callable[[bool], dict[str, Any]] | None = None
+    reasoning_start: str = "<think>"
     reasoning_end: str = "</think>"
     tools_as_text: Callable[[Sequence[Message], Sequence[ToolSpec]], list[Message]] | None = None
 
