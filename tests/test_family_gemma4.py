@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from family_roundtrip import (
 from test_toolparse import Result, assert_parses, calls, parse
 
 from engy_local.chat import (
+    ChatRequest,
     Message,
     Text,
     Thinking,
@@ -33,9 +35,11 @@ from engy_local.chat import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolChoice,
     ToolResult,
     ToolSpec,
 )
+from engy_local.engine import prepare
 from engy_local.engine.families import detect_family, get
 from engy_local.engine.families.gemma4 import Gemma4Parser
 from engy_local.engine.grammar import check_grammar, forced_call_grammar
@@ -83,6 +87,7 @@ SPECS = [
     ),
     ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {}}),
 ]
+SPECS_TUPLE = tuple(SPECS)
 ASK = Message("user", (Text("Weather in Paris, and my file?"),))
 CALLS = Message(
     "assistant",
@@ -153,6 +158,27 @@ def test_thinking_is_the_templates_enable_thinking() -> None:
     off = render([ASK], enable_thinking=False)
     assert "<|think|>" in on and on.endswith("<|turn>model\n")
     assert "<|think|>" not in off and off.endswith("<|turn>model\n<|channel>thought\n<channel|>")
+
+
+@pytest.mark.parametrize(
+    ("thinking", "forced", "ending"),
+    [
+        (True, False, "<|turn>model\n"),
+        (False, False, "<|turn>model\n<|channel>thought\n<channel|>"),
+        (None, False, "<|turn>model\n<|channel>thought\n<channel|>"),
+        # A forced call starts at the first token: no thinking first.
+        (True, True, "<|turn>model\n<|channel>thought\n<channel|>"),
+    ],
+)
+def test_a_request_maps_thinking_to_the_switch(
+    thinking: bool | None, forced: bool, ending: str
+) -> None:
+    model = SimpleNamespace(path=Path("m.gguf"), template=template(), family=get("gemma4"))
+    choice = ToolChoice("tool", "get_weather") if forced else ToolChoice()
+    request = ChatRequest("m", (ASK,), SPECS_TUPLE, tool_choice=choice, thinking=thinking)
+    text, _ = prepare.render(model, request)  # type: ignore[arg-type]
+    assert text.endswith(ending)
+    assert ("<|think|>" in text) == (thinking is True and not forced)
 
 
 def test_the_parser_reads_the_calls_the_template_writes() -> None:
