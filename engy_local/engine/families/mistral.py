@@ -347,5 +347,6 @@ FAMILY = Family(
     parser=MistralParser,
     call_rules=call_rules,
     priority=40,
+    reasoning_start="[THINK]",
     reasoning_end="[/THINK]",
 )

@@ -30,5 +30,6 @@ FAMILY = Family(
     parser=MistralParser,
     call_rules=call_rules,
     priority=50,
+    reasoning_start="[THINK]",
     reasoning_end="[/THINK]",
 )
