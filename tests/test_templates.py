@@ -279,6 +279,19 @@ QUIRK_RESHAPES = [
         [a(None, tool_calls=[T_CALL]), T_RESULT, a(None, tool_calls=[T_CALL_2]), T_RESULT_2],
     ),
     (
+        "reasoning as a thinking chunk before the text",
+        Quirks(reasoning_chunks=True),
+        [assistant("a", CALL, thinking="t"), tool(RESULT), assistant("", CALL, thinking="t2")],
+        [
+            a(
+                [{"type": "thinking", "thinking": "t"}, {"type": "text", "text": "a"}],
+                tool_calls=[T_CALL],
+            ),
+            T_RESULT,
+            a([{"type": "thinking", "thinking": "t2"}], tool_calls=[T_CALL]),
+        ],
+    ),
+    (
         "short call ids rename the call and its result alike",
         Quirks(short_call_ids=True),
         [assistant("", CALL), tool(RESULT)],
@@ -440,7 +453,9 @@ QUIRKS = {
         no_system_role=True, no_user_after_tool=True, short_call_ids=True
     ),
     "Mistral-Small-3.2-24B-Instruct-2506": Quirks(no_user_after_tool=True, short_call_ids=True),
-    "mistralai-Ministral-3-14B-Reasoning-2512": Quirks(no_user_after_tool=True),
+    "mistralai-Ministral-3-14B-Reasoning-2512": Quirks(
+        no_user_after_tool=True, reasoning_chunks=True
+    ),
     "meetkai-functionary-medium-v3.2": Quirks(text_arguments=True),
     # Calls render only in a turn without text, and (DeepSeek R1's own
     # template) only when its content is null and its arguments are text.

@@ -69,6 +69,10 @@ class Quirks:
     # ... and only when that turn's content is null (R1 / V3's own templates
     # test `content is none`).
     null_call_content: bool = False
+    # Reasoning renders only as a `thinking` chunk of a list content
+    # (Ministral 3, Magistral): a turn with reasoning gets content
+    # [thinking, text] chunks, in the order the model wrote them.
+    reasoning_chunks: bool = False
 
 
 NO_QUIRKS = Quirks()
@@ -164,7 +168,12 @@ def _reasoning(message: dict[str, Any], quirks: Quirks) -> dict[str, Any]:
     text = message["content"]
     if quirks.call_text_in_reasoning and reasoning and text and message.get("tool_calls"):
         reasoning, message["content"] = _join([reasoning, text]), ""
-    if reasoning:
+    if reasoning and quirks.reasoning_chunks:
+        chunks = [{"type": "thinking", "thinking": reasoning}]
+        if message["content"]:
+            chunks.append({"type": "text", "text": message["content"]})
+        message["content"] = chunks
+    elif reasoning:
         message[quirks.reasoning_key] = reasoning
     return message
 

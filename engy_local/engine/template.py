@@ -230,14 +230,12 @@ class ChatTemplate:
         )
         # Reasoning beside a call, followed by its result: every template
         # that keeps reasoning at all keeps it there.
-        reasoning_key = next(
-            (
-                key
-                for key in ("reasoning_content", "thinking")
-                if self._renders([_USER, {**call, key: _THINKING}, _RESULT], expect=_THINKING)
-            ),
-            "reasoning_content",
-        )
+        keys = [
+            key
+            for key in ("reasoning_content", "thinking")
+            if self._renders([_USER, {**call, key: _THINKING}, _RESULT], expect=_THINKING)
+        ]
+        reasoning_key = keys[0] if keys else "reasoning_content"
         both = {**call, "content": "engy-probe-text", reasoning_key: _THINKING}
         return Quirks(
             no_system_role=not system_role,
@@ -251,6 +249,20 @@ class ChatTemplate:
             one_call_per_turn=tool_role and self._drops_second_call(text_arguments),
             calls_apart=calls_apart,
             null_call_content=null_content,
+            reasoning_chunks=not keys and self._shows_thinking_chunk(call),
+        )
+
+    def _shows_thinking_chunk(self, call: dict[str, Any]) -> bool:
+        """Whether reasoning given as a `thinking` chunk of a call turn's
+        content renders (as itself, not as the chunk's repr or JSON)."""
+        turn = {**call, "content": [{"type": "thinking", "thinking": _THINKING}]}
+        try:
+            messages, tools = copy.deepcopy([_USER, turn, _RESULT]), copy.deepcopy(_PROBE_TOOLS)
+            text = self.render(messages, tools=tools)
+        except InvalidRequest:
+            return False
+        return _THINKING in text and not any(
+            shown in text for shown in ("'type': 'thinking'", '"type": "thinking"')
         )
 
     def _shows_call(self, content: str | None) -> bool:
