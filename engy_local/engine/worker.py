@@ -66,11 +66,32 @@ class Worker:
     def submit(self, job: Job) -> None:
         try:
             self._jobs.put_nowait(job)
+            return
+        except queue.Full:
+            pass
+        # Jobs whose clients went away wait for nothing: they give up their
+        # places instead of turning the next request away.
+        self._drop_cancelled()
+        try:
+            self._jobs.put_nowait(job)
         except queue.Full:
             raise Busy(
                 f"too many requests waiting for the model ({self._jobs.maxsize} queued)",
                 retry_after=2,
             ) from None
+
+    def _drop_cancelled(self) -> None:
+        jobs = self._jobs
+        with jobs.mutex:
+            dropped = [j for j in jobs.queue if j is not None and j.cancelled.is_set()]
+            if not dropped:
+                return
+            kept = [j for j in jobs.queue if j is None or not j.cancelled.is_set()]
+            jobs.queue.clear()
+            jobs.queue.extend(kept)
+            jobs.not_full.notify(len(dropped))
+        for job in dropped:
+            job.emit(None)  # as the loop does for a job cancelled while waiting
 
     def close(self) -> None:
         self._jobs.put(None)
