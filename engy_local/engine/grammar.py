@@ -5,7 +5,10 @@ can only write one well-formed call to one of `tools` (tool_choice any / tool),
 with arguments that follow that tool's JSON Schema. The schema part comes from
 llama-cpp-python's own converter (`llama_cpp.llama_grammar.SchemaConverter`),
 run once per tool; each tool's rules get a prefix (`t0-`, `t1-`, ...) so tools
-compose into one grammar without name clashes.
+compose into one grammar without name clashes. Families whose calls are not
+one JSON object (a tag per parameter) build their own rules from the whole
+specs instead, with `value_rules` for each non-string parameter and `until`
+for free text.
 
 Real tool schemas (Claude Code, Codex: JSON Schema 2020-12) use more than the
 converter understands, so each schema is first reduced to what it handles well:
@@ -34,7 +37,7 @@ from llama_cpp.llama_grammar import SchemaConverter
 
 from engy_local.chat import ToolSpec
 
-__all__ = ["check_grammar", "forced_call_grammar", "literal"]
+__all__ = ["check_grammar", "forced_call_grammar", "literal", "until", "value_rules"]
 
 _MAX_REPEAT = 64
 _ANY: dict[str, Any] = {"type": ["object", "array", "string", "number", "boolean", "null"]}
@@ -70,7 +73,7 @@ def forced_call_grammar(
     from .families import get  # the families build on this module
 
     chosen = get(family)
-    if chosen.call_rules is None:
+    if chosen.call_rules is None and chosen.tool_rules is None:
         raise ValueError(f"no forced-call grammar for tool-call family {family!r}")
     first: dict[str, ToolSpec] = {}
     for tool in tools:
@@ -79,10 +82,13 @@ def forced_call_grammar(
     if not specs:
         raise ValueError("a forced tool call needs at least one tool")
     rules: dict[str, str] = {}
-    roots = [_schema_rules(spec.parameters, f"t{i}-", rules) for i, spec in enumerate(specs)]
-    chosen.call_rules([spec.name for spec in specs], roots, rules)
+    if chosen.tool_rules is not None:  # the family writes each parameter itself
+        chosen.tool_rules(specs, rules)
+    elif chosen.call_rules is not None:
+        roots = [_schema_rules(spec.parameters, f"t{i}-", rules) for i, spec in enumerate(specs)]
+        chosen.call_rules([spec.name for spec in specs], roots, rules)
     if reasoning:
-        rules.update(_until(chosen.reasoning_end, "reasoning"))
+        rules.update(until(chosen.reasoning_end, "reasoning"))
         rules["root"] = "reasoning-0 [ \\t\\n]? [ \\t\\n]? call"
     else:
         rules["root"] = "call"
@@ -101,7 +107,18 @@ class _Converter(SchemaConverter):
 def _schema_rules(parameters: Any, prefix: str, rules: dict[str, str]) -> str:
     """Adds the rules for one tool's arguments to `rules`; returns the name of
     the rule for the whole object."""
-    for schema in (_root_schema(parameters), _OBJECT):
+    return _first_compiling((_root_schema(parameters), _OBJECT), prefix, rules)
+
+
+def value_rules(schema: Any, prefix: str, rules: dict[str, str]) -> str:
+    """Adds the rules for one JSON value that follows `schema` (of any type,
+    reduced as for a tool's arguments; any JSON value when that fails) to
+    `rules`, prefixing their names with `prefix`; returns the value's rule."""
+    return _first_compiling((_reduced(schema) or dict(_ANY), dict(_ANY)), prefix, rules)
+
+
+def _first_compiling(schemas: Sequence[dict[str, Any]], prefix: str, rules: dict[str, str]) -> str:
+    for schema in schemas:
         own = _convert(schema)
         if own is None:
             continue
@@ -110,7 +127,7 @@ def _schema_rules(parameters: Any, prefix: str, rules: dict[str, str]) -> str:
         if check_grammar(grammar, prefix + "root"):
             rules.update(renamed)
             return prefix + "root"
-    raise AssertionError("the any-object grammar does not compile")  # pragma: no cover
+    raise AssertionError("the fallback grammar does not compile")  # pragma: no cover
 
 
 def _convert(schema: dict[str, Any]) -> dict[str, str] | None:
@@ -244,7 +261,7 @@ def _class_char(c: str) -> str:
     return f"\\x{ord(c):02X}" if c < " " or c == "\x7f" else c
 
 
-def _until(marker: str, name: str) -> dict[str, str]:
+def until(marker: str, name: str) -> dict[str, str]:
     """Rules `name-0` ... matching any text up to and including the first
     `marker`: a right-linear grammar of the automaton that looks for it, one
     rule per state (how much of the marker was just seen)."""

@@ -11,6 +11,8 @@ is found by discovery, so adding a family is adding a module. A family has:
                  events (text, thinking, tool calls streamed as generated)
     call_rules   GBNF rules for exactly one call in the family's own syntax,
                  used when tool_choice forces a call (None: cannot be forced)
+    tool_rules   instead of call_rules, for syntaxes that write each parameter
+                 in its own tag: builds "call" from the tools' whole specs
     thinking     template variables that switch thinking on or off, when the
                  template's switch is not a plain enable_thinking / thinking
     reasoning_start  the text that opens a reasoning block: a prompt that ends
@@ -46,6 +48,8 @@ from ..toolparse import ParserFactory, ToolParser
 # (tool names, the rule name of each tool's arguments object, rules so far)
 # -> adds a rule "call" matching one call in the family's syntax.
 CallRules = Callable[[list[str], list[str], dict[str, str]], None]
+# (the tools, rules so far) -> adds a rule "call" (see grammar.value_rules).
+ToolRules = Callable[[list[ToolSpec], dict[str, str]], None]
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Family:
     markers: tuple[str, ...]
     parser: ParserFactory
     call_rules: CallRules | None = None
+    tool_rules: ToolRules | None = None
     priority: int = 100
     thinking: Callable[[bool], dict[str, Any]] | None = None
     reasoning_start: str = "<think>"
