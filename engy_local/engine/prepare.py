@@ -101,7 +101,9 @@ def prepare(model: Model, request: ChatRequest, output_cap: int) -> Prepared:
         if choice.mode == "tool":
             chosen = tuple(t for t in tools if t.name == choice.name)
         grammar = forced_call_grammar(chosen, family.name, reasoning=in_thinking)
-    names = frozenset(t.name for t in tools)
+    # The offered names; as a mapping to each tool's parameters schema, so
+    # that families writing a tag per parameter can type the values.
+    names = {t.name: t.parameters for t in tools}
     parser_class = family.parser
     s = request.sampling
     params = SamplingParams(
