@@ -407,3 +407,23 @@ class ForcedRoundTrip:
         longer = ask("build-host-7 " * 20)
         assert longer.usage is not None
         assert longer.usage.input_tokens > answer.usage.input_tokens + 20
+
+
+# ---- random damaged outputs ---------------------------------------------------------------
+
+
+def damaged_outputs(good: list[str], pieces: list[str], n: int, seed: int) -> Iterator[str]:
+    """`n` outputs: realistic ones spliced together, then damaged a little
+    (cut, pieces deleted, markers and junk inserted)."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        output = "".join(rng.choice(good) for _ in range(rng.randint(1, 2)))
+        for _ in range(rng.randrange(5)):
+            at, kind = rng.randint(0, len(output)), rng.random()
+            if kind < 0.35:
+                output = output[:at] + output[at + rng.randint(1, 8) :]
+            elif kind < 0.8:
+                output = output[:at] + rng.choice(pieces) + output[at:]
+            else:
+                output = output[:at]
+        yield output

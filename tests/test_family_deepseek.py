@@ -24,11 +24,12 @@ from framed_families import (
     assert_random_calls_valid,
     byte_vocab,
     captured_tools,
+    damaged_outputs,
     parse_one_call,
     prompt,
     template_source,
 )
-from test_toolparse import Result, assert_parses, calls
+from test_toolparse import Result, assert_parses, calls, parse
 
 from engy_local.chat import ToolSpec
 from engy_local.engine.families import detect_family, get
@@ -434,6 +435,37 @@ def test_bad_output(family: str, output: str, expected: Result) -> None:
 def test_no_tools_offered_means_calls_are_text(family: str) -> None:
     output = dict(OUTPUTS)[family].split("</think>\n\n")[1]
     assert_parses(output, Result(text=output), family=family, tools=())
+
+
+JUNK = [
+    CALLS,
+    CALLS_END,
+    CALL,
+    CALL_END,
+    SEP,
+    f"<{D}",
+    f"</{D}parameter>",
+    "<｜tool",
+    "{",
+    "}",
+    '"',
+]
+JUNK += ["\n", " ", "```json", "x", "\\", f"<{D}invoke", "</think>", '"true">']
+
+
+@pytest.mark.parametrize("family", [f for f, _ in OUTPUTS])
+def test_damaged_outputs_never_break_and_split_the_same(family: str) -> None:
+    good = [o.split("</think>\n\n")[1] for f, o in OUTPUTS if f == family] + ["Plain text. "]
+    started = 0
+    for output in damaged_outputs(good, JUNK, 150, seed=len(family)):
+        whole = parse([output], family=family, tools=TOOL_NAMES)
+        assert parse(list(output), family=family, tools=TOOL_NAMES) == whole, output
+        cut = len(output) // 3
+        assert parse([output[:cut], output[cut:]], family=family, tools=TOOL_NAMES) == whole
+        started += bool(whole.calls)
+        if not whole.calls:  # nothing is lost
+            assert whole.text == output, output
+    assert started > 40
 
 
 # ---- forced calls --------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from framed_families import (
     assert_random_calls_valid,
     byte_vocab,
     captured_tools,
+    damaged_outputs,
     parse_one_call,
     prompt,
     template_source,
 )
-from test_toolparse import Result, assert_parses, calls
+from test_toolparse import Result, assert_parses, calls, parse
 
 from engy_local.chat import ToolSpec
 from engy_local.engine.families import detect_family, get
@@ -337,6 +338,26 @@ BAD = [
 )
 def test_bad_output(family: str, output: str, expected: Result) -> None:
     assert_parses(output, expected, family=family, tools=TOOL_NAMES)
+
+
+JUNK = [SECTION, SECTION_END, CALL, CALL_END, ARGS, "<|tool_call", "{", "}", '"', "\n"]
+JUNK += ["<|open|>", "<|close|>", "<|sep|>", tag("argument", ' key="z"'), end("argument"), "x"]
+
+
+@pytest.mark.parametrize("family", ["kimi-k2", "kimi-k3"])
+def test_damaged_outputs_never_break_and_split_the_same(family: str) -> None:
+    good = [o for _, f, _, o in OUTPUTS if f == family]
+    good = [o.split("</think>")[-1].split(end("think"))[-1] for o in good] + ["Plain text. "]
+    started = 0
+    for output in damaged_outputs(good, JUNK, 150, seed=len(family)):
+        whole = parse([output], family=family, tools=TOOL_NAMES)
+        assert parse(list(output), family=family, tools=TOOL_NAMES) == whole, output
+        cut = len(output) // 3
+        assert parse([output[:cut], output[cut:]], family=family, tools=TOOL_NAMES) == whole
+        started += bool(whole.calls)
+        if not whole.calls and family == "kimi-k2":  # nothing is lost
+            assert whole.text == output, output
+    assert started > 40
 
 
 # ---- forced calls ----------------------------------------------------------------------------
