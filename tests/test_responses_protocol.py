@@ -967,6 +967,66 @@ def test_stream_max_tokens_inside_a_call() -> None:
     validate_events(out)
 
 
+@pytest.mark.parametrize(
+    ("name", "closed"),
+    [("ls", '{"d": "sr"}'), ("apply_patch", '{"input": "*** Begin"}')],
+)
+@pytest.mark.parametrize("reason", ["max_tokens", "tool_use"])
+def test_stream_call_ended_then_cut_matches_render(name: str, closed: str, reason: str) -> None:
+    # What the engine sends when max_tokens cuts a call: the parser closes
+    # the arguments at finish (ToolCallEnd), then Finished.
+    parsed = parsed_with_tools()
+    events = [
+        ToolCallStart(0, "c1", name),
+        ToolCallDelta(0, closed[:-2]),
+        ToolCallEnd(0, closed),
+        Finished(reason, USAGE),  # type: ignore[arg-type]
+    ]
+    out = run_stream(events, parsed)
+    status = "incomplete" if reason == "max_tokens" else "completed"
+    assert out[-2]["type"] == "response.output_item.done"
+    assert out[-2]["item"]["status"] == status
+    answer = Answer(calls=[ToolCall("c1", name, closed)], stop_reason=reason, usage=USAGE)  # type: ignore[arg-type]
+    rendered = responses.render_response(parsed, answer, response_id=RID, created_at=CREATED)
+    assert out[-1]["response"] == rendered
+    validate_events(out)
+
+
+def test_stream_ended_call_is_done_before_what_follows() -> None:
+    out = run_stream(
+        [
+            ToolCallStart(0, "c1", "ls"),
+            ToolCallEnd(0, "{}"),
+            ToolCallStart(1, "c2", "ls"),
+            ToolCallEnd(1, '{"d": "x"}'),
+            FINISHED,
+        ]
+    )
+    assert brief(out)[2:] == [
+        ("response.output_item.added", 0, None),
+        ("response.function_call_arguments.delta", 0, "{}"),
+        ("response.function_call_arguments.done", 0, "{}"),
+        ("response.output_item.done", 0, None),
+        ("response.output_item.added", 1, None),
+        ("response.function_call_arguments.delta", 1, '{"d": "x"}'),
+        ("response.function_call_arguments.done", 1, '{"d": "x"}'),
+        ("response.output_item.done", 1, None),
+        ("response.completed", None, None),
+    ]
+    stream = ResponseStream(parsed_with_tools(), response_id=RID, created_at=CREATED)
+    stream.start()
+    stream.process(ToolCallStart(0, "c1", "ls"))
+    stream.process(ToolCallEnd(0, "{}"))
+    failed = stream.fail(errors.ServerError("gone"))
+    assert [e["type"] for e in failed] == [
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "error",
+        "response.failed",
+    ]
+    assert failed[1]["item"]["status"] == "completed"
+
+
 def test_stream_empty_answer_and_text_after_call() -> None:
     empty = run_stream([TextDelta("  "), FINISHED])
     assert brief(empty)[2:] == [

@@ -184,6 +184,29 @@ def test_messages_tool_choice_none_gives_no_tool_use(
     assert [b.type for b in msg.content] == ["text"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages_call_cut_by_max_tokens(
+    claude: anthropic.Anthropic, model: str, stream: bool
+) -> None:
+    # 24 tokens: past the tool's name, well inside its arguments.
+    kwargs: Any = {
+        "model": model,
+        "max_tokens": 24,
+        "messages": HELLO,
+        "tools": ANTHROPIC_TOOLS,
+        "tool_choice": {"type": "tool", "name": "read_file"},
+    }
+    if stream:
+        with claude.messages.stream(**kwargs) as s:
+            msg = s.get_final_message()
+    else:
+        msg = claude.messages.create(**kwargs)
+    assert msg.stop_reason == "max_tokens"
+    [call] = _tool_uses(msg)
+    assert call.name == "read_file"
+    assert isinstance(call.input, dict)  # what came, closed as an object
+
+
 def _follow_up(call: Any, result: str) -> list[Any]:
     return [
         *HELLO,
@@ -310,6 +333,31 @@ def test_responses_named_function_streams_arguments(gpt: openai.OpenAI, model: s
     assert call.arguments == done.arguments
     assert call.name == "read_file"
     assert final.status == "completed"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_call_cut_by_max_output_tokens_is_incomplete(
+    gpt: openai.OpenAI, model: str, stream: bool
+) -> None:
+    # 24 tokens: past the function's name, well inside its arguments.
+    kwargs: Any = {
+        "model": model,
+        "input": "Read /etc/hostname for me.",
+        "tools": FUNCTION_TOOLS,
+        "tool_choice": {"type": "function", "name": "read_file"},
+        "max_output_tokens": 24,
+    }
+    if stream:
+        with gpt.responses.stream(**kwargs) as s:
+            r = s.get_final_response()
+    else:
+        r = gpt.responses.create(**kwargs)
+    assert r.status == "incomplete"
+    assert r.incomplete_details is not None
+    assert r.incomplete_details.reason == "max_output_tokens"
+    [call] = _items(r, "function_call")
+    assert call.status == "incomplete"  # the same, streamed or not
+    assert isinstance(json.loads(call.arguments), dict)  # what came, closed
 
 
 def test_responses_named_custom_tool_gives_custom_tool_call(gpt: openai.OpenAI, model: str) -> None:

@@ -12,7 +12,8 @@ stream); the transport writes `event: <type>` and `data: <json>`.
 Items: text opens a message item (output_item.added, content_part.added,
 output_text.delta ...) that closes (output_text.done, content_part.done,
 output_item.done) when a call starts or the answer ends; each call is a
-function_call or custom_tool_call item with its argument or input deltas.
+function_call or custom_tool_call item with its argument or input deltas,
+done when the next event shows whether max_tokens cut it (then incomplete).
 output_index counts items in order. Text that is only whitespace is held
 back and dropped if a call comes next, as `render_response` drops it.
 Thinking produces no items: it is counted in usage.
@@ -209,6 +210,11 @@ class ResponseStream:
         self._message: _Message | None = None
         self._pending = ""  # whitespace not yet shown
         self._calls: dict[int, _Call] = {}  # engine call index -> open call
+        # Calls the engine ended, not yet done: engine call index -> arguments.
+        # A call's output_item.done waits for the next event, since a cut
+        # (max_tokens) right after it makes it the incomplete last item, as in
+        # `render_response`; the engine closes a cut call's arguments itself.
+        self._ended: dict[int, str] = {}
 
     # ---- public ----
 
@@ -233,6 +239,8 @@ class ResponseStream:
         events = self.start()
         if self._finished:
             return events
+        if not isinstance(event, Finished):
+            events += self._close_ended("completed")
         if isinstance(event, TextDelta):
             events += self._text(event.text)
         elif isinstance(event, ToolCallStart):
@@ -253,6 +261,7 @@ class ResponseStream:
         events = self.start()
         if self._finished:
             return events
+        events += self._close_ended("completed")
         self._finished = True
         error = stream_error(err)
         events.append(self._event("error", **error))
@@ -354,13 +363,24 @@ class ResponseStream:
         events: list[dict[str, Any]] = []
         if event.arguments.startswith(call.arguments) and event.arguments != call.arguments:
             events += self._call_delta(call, event.arguments[len(call.arguments) :])
-        return events + self._close_call(event.index, event.arguments, "completed")
+        self._ended[event.index] = event.arguments
+        return events
 
-    def _close_call(self, index: int, arguments: str, status: str) -> list[dict[str, Any]]:
+    def _close_ended(self, status: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for index, arguments in self._ended.items():
+            events += self._close_call(index, arguments, status, whole=True)
+        self._ended.clear()
+        return events
+
+    def _close_call(
+        self, index: int, arguments: str, status: str, whole: bool = False
+    ) -> list[dict[str, Any]]:
+        """`whole`: the engine ended the call, so `arguments` are complete."""
         call = self._calls.pop(index)
         where = {"item_id": call.item_id, "output_index": call.output_index}
         if call.origin.kind == "custom":
-            payload = custom_input(arguments) if status == "completed" else call.input
+            payload = custom_input(arguments) if whole else call.input
             done = self._event("response.custom_tool_call_input.done", **where, input=payload)
         else:
             payload = arguments
@@ -388,6 +408,8 @@ class ResponseStream:
                 events += self._text(text)
         if self._message is not None:
             events += self._close_message("incomplete" if cut else "completed")
+        # An ended call is the last item: a cut stopped the answer right there.
+        events += self._close_ended("incomplete" if cut else "completed")
         for index in sorted(self._calls, key=lambda i: self._calls[i].output_index):
             # A call the engine never ended (cut short): what came so far.
             events += self._close_call(index, self._calls[index].arguments, "incomplete")
