@@ -73,6 +73,7 @@ __all__ = [
     "JsonScanner",
     "ParserFactory",
     "PlainParser",
+    "StepParser",
     "ToolParser",
     "repair_object",
 ]
@@ -444,7 +445,37 @@ def _merged(events: list[Event]) -> list[Event]:
 # ---- the parsers ------------------------------------------------------------
 
 
-class PlainParser:
+class StepParser:
+    """The driver every parser shares: text is buffered in `_buf` and handed
+    to the step for the current `_mode` until a step returns False. Each step
+    handles `_buf` in one mode and returns True when it changed mode and the
+    next one should go on."""
+
+    _mode: str
+    _buf: str
+    _steps: dict[str, Callable[[list[Event], bool], bool]]
+
+    def feed(self, text: str) -> list[Event]:
+        if self._mode == "finished" or not text:
+            return []
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Event]:
+        if self._mode == "finished":
+            return []
+        events = self._run(final=True)
+        self._mode, self._buf = "finished", ""
+        return events
+
+    def _run(self, *, final: bool) -> list[Event]:
+        out: list[Event] = []
+        while self._steps[self._mode](out, final):
+            pass
+        return _merged(out)
+
+
+class PlainParser(StepParser):
     """Reasoning and text; no tool-call syntax (family "none"). The base of
     the families that add one."""
 
@@ -473,28 +504,6 @@ class PlainParser:
             "text": self._text,
             "call": self._in_call,
         }
-
-    def feed(self, text: str) -> list[Event]:
-        if self._mode == "finished" or not text:
-            return []
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        if self._mode == "finished":
-            return []
-        events = self._run(final=True)
-        self._mode, self._buf = "finished", ""
-        return events
-
-    def _run(self, *, final: bool) -> list[Event]:
-        out: list[Event] = []
-        while self._steps[self._mode](out, final):
-            pass
-        return _merged(out)
-
-    # Each step handles `self._buf` in one mode; True when it changed mode
-    # and the next one should go on.
 
     def _start(self, out: list[Event], final: bool) -> bool:
         rest, opener = self._buf.lstrip(), self.think_open

@@ -64,7 +64,7 @@ from engy_local.chat import (
 )
 
 from ..grammar import _CHAR_RULE, _TOKEN, literal
-from ..toolparse import _WS, JsonScanner, _held, _merged
+from ..toolparse import _WS, JsonScanner, StepParser, _held
 from . import Family
 
 CALL_OPEN = "<|tool_call>"
@@ -308,7 +308,7 @@ class _Args:
                 self.pending, self.closer = "", end
 
 
-class Gemma4Parser:
+class Gemma4Parser(StepParser):
     """Gemma 4 calls and thought channels (family "gemma4")."""
 
     def __init__(
@@ -335,28 +335,6 @@ class Gemma4Parser:
             "args": self._arguments,
             "tail": self._tail,
         }
-
-    def feed(self, text: str) -> list[Event]:
-        if self._mode == "finished" or not text:
-            return []
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        if self._mode == "finished":
-            return []
-        events = self._run(final=True)
-        self._mode, self._buf = "finished", ""
-        return events
-
-    def _run(self, *, final: bool) -> list[Event]:
-        out: list[Event] = []
-        while self._steps[self._mode](out, final):
-            pass
-        return _merged(out)
-
-    # Each step handles `self._buf` in one mode; True when it changed mode
-    # and the next one should go on.
 
     def _text(self, out: list[Event], final: bool) -> bool:
         buf = self._buf

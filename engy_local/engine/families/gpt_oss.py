@@ -78,7 +78,7 @@ from engy_local.chat import (
 )
 
 from ..grammar import literal
-from ..toolparse import JsonScanner, _held, _merged
+from ..toolparse import JsonScanner, StepParser, _held
 from . import Family
 
 START = "<|start|>"
@@ -141,7 +141,7 @@ class _Arguments:
         return piece
 
 
-class HarmonyParser:
+class HarmonyParser(StepParser):
     """Harmony channels (family "gpt-oss"). See the module docstring."""
 
     def __init__(
@@ -168,28 +168,6 @@ class HarmonyParser:
             "call": self._call,
             "skip": self._skip,
         }
-
-    def feed(self, text: str) -> list[Event]:
-        if self._mode == "finished" or not text:
-            return []
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        if self._mode == "finished":
-            return []
-        events = self._run(final=True)
-        self._mode, self._buf = "finished", ""
-        return events
-
-    def _run(self, *, final: bool) -> list[Event]:
-        out: list[Event] = []
-        while self._steps[self._mode](out, final):
-            pass
-        return _merged(out)
-
-    # Each step handles `self._buf` in one mode; True when it changed mode
-    # and the next one should go on.
 
     def _start(self, out: list[Event], final: bool) -> bool:
         return self._open(self._buf, final)
