@@ -47,12 +47,17 @@ def required(d: dict[str, Any], key: str, path: str) -> Any:
     return d[key]
 
 
+def _absent(path: str, default: Any) -> Any:
+    """What a missing (or null) field reads as: its default, if it has one."""
+    if default is _MISSING:
+        raise InvalidRequest(f"{path}: field required", param=path)
+    return default
+
+
 def string(d: dict[str, Any], key: str, path: str, default: Any = _MISSING) -> Any:
     value = d.get(key)
     if value is None:
-        if default is _MISSING:
-            raise InvalidRequest(f"{path}: field required", param=path)
-        return default
+        return _absent(path, default)
     if not isinstance(value, str):
         raise fail(path, "a string", value)
     return value
@@ -63,9 +68,7 @@ def integer(
 ) -> Any:
     value = d.get(key)
     if value is None:
-        if default is _MISSING:
-            raise InvalidRequest(f"{path}: field required", param=path)
-        return default
+        return _absent(path, default)
     if isinstance(value, bool) or not isinstance(value, int):
         # 5.0 is accepted as 5: JSON has one number type.
         if isinstance(value, float) and value.is_integer():
@@ -87,9 +90,7 @@ def number(
 ) -> Any:
     value = d.get(key)
     if value is None:
-        if default is _MISSING:
-            raise InvalidRequest(f"{path}: field required", param=path)
-        return default
+        return _absent(path, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail(path, "a number", value)
     if (low is not None and value < low) or (high is not None and value > high):
@@ -100,9 +101,7 @@ def number(
 def boolean(d: dict[str, Any], key: str, path: str, default: Any = _MISSING) -> Any:
     value = d.get(key)
     if value is None:
-        if default is _MISSING:
-            raise InvalidRequest(f"{path}: field required", param=path)
-        return default
+        return _absent(path, default)
     if not isinstance(value, bool):
         raise fail(path, "a boolean", value)
     return value
@@ -111,9 +110,7 @@ def boolean(d: dict[str, Any], key: str, path: str, default: Any = _MISSING) -> 
 def array(d: dict[str, Any], key: str, path: str, default: Any = _MISSING) -> Any:
     value = d.get(key)
     if value is None:
-        if default is _MISSING:
-            raise InvalidRequest(f"{path}: field required", param=path)
-        return default
+        return _absent(path, default)
     if not isinstance(value, list):
         raise fail(path, "an array", value)
     return value
