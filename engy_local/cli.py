@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .catalog import CatalogError, load_catalog
 from .errors import EngyError
+from .models.catalog import CatalogError, load_catalog
 
 app = typer.Typer(
     help="Local inference for agent tools: Anthropic Messages and OpenAI Responses on llama.cpp.",
@@ -146,7 +146,7 @@ def chat(
     threads: Annotated[int, typer.Option(help="CPU threads (0: all cores)")] = 0,
 ) -> None:
     """Talk to a model in the terminal: in-process, or through a server with --url."""
-    from .catalog import engy_home
+    from .models.catalog import engy_home
     from .repl import ChatOptions, run_chat
 
     if api not in ("messages", "responses"):
@@ -188,8 +188,8 @@ def pull(
     ],
 ) -> None:
     """Download a model into the store (a GGUF path is recorded, not copied)."""
-    from .download import PullError
-    from .inventory import human_size, pull_with_progress
+    from .models.download import PullError
+    from .models.inventory import human_size, pull_with_progress
 
     try:
         record = pull_with_progress(ref, console)
@@ -203,8 +203,8 @@ def pull(
 @app.command(name="list")
 def list_models() -> None:
     """List the installed models: pulled, imported, and found in the Hugging Face cache."""
-    from .inventory import list_table
-    from .store import installed
+    from .models.inventory import list_table
+    from .models.store import installed
 
     Console().print(list_table(installed()))
 
@@ -214,7 +214,7 @@ def show(
     model: Annotated[str, typer.Argument(help="An installed model's id, alias or file")],
 ) -> None:
     """Show what an installed model is: architecture, size, context, template, licence."""
-    from .inventory import describe
+    from .models.inventory import describe
 
     try:
         rows = describe(model)
@@ -231,8 +231,8 @@ def remove(
     model: Annotated[str, typer.Argument(help="An installed model's id (id@quant: one)")],
 ) -> None:
     """Remove a model from the store (a file imported by path is forgotten, not deleted)."""
-    from .inventory import human_size
-    from .store import remove as remove_model
+    from .models.inventory import human_size
+    from .models.store import remove as remove_model
 
     try:
         gone = remove_model(model)

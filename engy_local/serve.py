@@ -7,12 +7,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .catalog import Catalog, CatalogError, load_catalog
 from .engine.local import ServedModel
 from .engine.model import LoadOptions
 from .engine.pool import ModelPool
+from .models.catalog import Catalog, CatalogError, load_catalog
+from .models.store import Installed, find, installed, locate
 from .server import Settings, create_app
-from .store import Installed, find, installed, locate
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ def gemma_path(engy_home: Path) -> Path:
     """The real gemma-3-270m GGUF from its PyPI package, as `engy serve`
     finds it by default."""
     os.environ["ENGY_HOME"] = str(engy_home)
-    from engy_local.catalog import load_catalog
-    from engy_local.store import locate
+    from engy_local.models.catalog import load_catalog
+    from engy_local.models.store import locate
 
     catalog = load_catalog()
     return locate(catalog.entries[catalog.default])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engy_local.catalog import (
+from engy_local.models.catalog import (
     CAPABILITIES,
     CatalogError,
     load_catalog,

@@ -18,7 +18,6 @@ import pytest
 from conftest import EngyServer
 from test_toolparse import Result, assert_parses, calls
 
-from engy_local.catalog import load_catalog
 from engy_local.chat import (
     ChatRequest,
     Message,
@@ -34,6 +33,7 @@ from engy_local.engine.families.generic import as_text, describe
 from engy_local.engine.grammar import check_grammar, forced_call_grammar
 from engy_local.engine.prepare import render
 from engy_local.engine.template import ChatTemplate
+from engy_local.models.catalog import load_catalog
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 

@@ -82,7 +82,7 @@ def test_tool_name_from_call_id(call_id: str, name: str) -> None:
 
 
 def test_catalog_families_exist() -> None:
-    from engy_local.catalog import load_catalog
+    from engy_local.models.catalog import load_catalog
 
     named = {e.family for e in load_catalog().entries.values() if e.family}
     ours = {f for f in named if f.startswith("kimi")}

@@ -22,8 +22,8 @@ from hubserver import Hub, running_hub
 from typer.testing import CliRunner
 
 from engy_local.cli import app
-from engy_local.pull import pull
-from engy_local.store import MANIFEST, installed, pulled
+from engy_local.models.pull import pull
+from engy_local.models.store import MANIFEST, installed, pulled
 
 REPO = "engy-test/Tiny-GGUF"
 

@@ -14,9 +14,9 @@ import pytest
 from hubserver import running_hub
 from typer.testing import CliRunner
 
-from engy_local.catalog import load_catalog
 from engy_local.cli import app
-from engy_local.store import find, installed, locate, pulled
+from engy_local.models.catalog import load_catalog
+from engy_local.models.store import find, installed, locate, pulled
 
 
 @pytest.fixture

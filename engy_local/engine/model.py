@@ -12,7 +12,7 @@ import llama_cpp
 from llama_cpp._logger import set_verbose
 
 from ..errors import EngyError
-from ..ggufmeta import NotGGUF, read_metadata, trained_context
+from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
 from .families import detect, get
 from .template import ChatTemplate
 

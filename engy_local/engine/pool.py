@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from ..backend import ModelInfo
 from ..chat import ChatRequest, Provider
 from ..errors import Busy, ModelNotFound, NoWorker
-from ..ggufmeta import NotGGUF, read_metadata, trained_context
+from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
 from .local import LocalGeneration, ServedModel
 from .model import Model, gpu_backend
 from .prepare import count_tokens, prepare

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ..backend import Backend, ModelInfo
-from ..catalog import CatalogError
 from ..errors import EngyError, RemoteError
+from ..models.catalog import CatalogError
 from .conversation import ConversationFileError
 from .remote import Api, RemoteBackend
 

@@ -125,7 +125,7 @@ def _detected_family(template: str | None) -> str | None:
     """The tool-call format the engine would read from this chat template."""
     if not template:
         return None
-    from .engine.families import detect_family
+    from ..engine.families import detect_family
 
     return detect_family(template)
 
