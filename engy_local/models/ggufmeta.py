@@ -21,60 +21,107 @@ _SCALARS = {
 _STRING, _ARRAY = 8, 9
 
 
+# Bounds no real file comes near; a header that claims more is lying, and
+# reading it would take minutes (a count of 2**64 entries) or all memory.
+MAX_KEYS = 1 << 16
+MAX_TENSORS = 1 << 20
+MAX_DIMS = 8  # ggml has 4
+MAX_STRING_ARRAY = 1 << 24  # a vocabulary is a few hundred thousand strings
+
+
 class NotGGUF(ValueError):
     pass
 
 
-def _read(f: BinaryIO, fmt: str) -> Any:
-    size = struct.calcsize(fmt)
-    data = f.read(size)
-    if len(data) != size:
-        raise NotGGUF("truncated header")
-    return struct.unpack(fmt, data)[0]
+class _Header:
+    """A GGUF header read with every count and length checked against what
+    is left of the file: a truncated or lying file fails at once."""
 
+    def __init__(self, f: BinaryIO, name: str) -> None:
+        self.f = f
+        self.name = name
+        self.size = f.seek(0, 2)
+        f.seek(0)
 
-def _string(f: BinaryIO) -> str:
-    n = _read(f, "<Q")
-    data = f.read(n)
-    if len(data) != n:
-        raise NotGGUF("truncated header")
-    return data.decode("utf-8", "replace")
+    def left(self) -> int:
+        return self.size - self.f.tell()
 
+    def fail(self, what: str) -> NotGGUF:
+        return NotGGUF(f"{self.name}: {what}")
 
-def _skip_array(f: BinaryIO) -> int:
-    kind, n = _read(f, "<I"), _read(f, "<Q")
-    if kind == _STRING:
-        for _ in range(n):
-            f.seek(_read(f, "<Q"), 1)
-    elif kind in _SCALARS:
-        f.seek(struct.calcsize(_SCALARS[kind]) * n, 1)
-    else:
-        raise NotGGUF(f"unsupported array type {kind}")
-    return int(n)
+    def read(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        data = self.f.read(size)
+        if len(data) != size:
+            raise self.fail("truncated header")
+        return struct.unpack(fmt, data)[0]
+
+    def count(self, fmt: str, most: int, each: int, what: str) -> int:
+        """A count of things at least `each` bytes long, at most `most`."""
+        n: int = self.read(fmt)
+        if n > most or n * each > self.left():
+            raise self.fail(f"{what} count {n} is more than the file can hold")
+        return n
+
+    def skip(self, n: int) -> None:
+        if n > self.left():
+            raise self.fail("truncated header")
+        self.f.seek(n, 1)
+
+    def string(self) -> str:
+        n = self.count("<Q", self.size, 1, "string length")
+        return self.f.read(n).decode("utf-8", "replace")
+
+    def skip_string(self) -> None:
+        self.skip(self.count("<Q", self.size, 1, "string length"))
+
+    def skip_array(self) -> int:
+        kind = self.read("<I")
+        if kind == _STRING:
+            n = self.count("<Q", MAX_STRING_ARRAY, 8, "array")
+            for _ in range(n):
+                self.skip_string()
+        elif kind in _SCALARS:
+            width = struct.calcsize(_SCALARS[kind])
+            n = self.count("<Q", self.size, width, "array")
+            self.skip(width * n)
+        else:
+            raise self.fail(f"unsupported array type {kind}")
+        return n
+
+    def start(self) -> tuple[int, int, int]:
+        """(version, tensor count, key count) after checking the magic."""
+        if self.f.read(4) != MAGIC:
+            raise NotGGUF(f"{self.name} is not a GGUF file")
+        version = self.read("<I")
+        if version < 2:
+            raise self.fail(f"GGUF version {version} is too old")
+        # A tensor record is at least 8 (name) + 4 (dims) + 4 + 8 bytes; a
+        # key/value at least 8 (key) + 4 (type) + 1.
+        n_tensors = self.count("<Q", MAX_TENSORS, 24, "tensor")
+        n_kv = self.count("<Q", MAX_KEYS, 13, "key")
+        return version, n_tensors, n_kv
+
+    def value(self, key: str) -> Any:
+        kind = self.read("<I")
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            return self.skip_array()
+        if kind in _SCALARS:
+            return self.read(_SCALARS[kind])
+        raise self.fail(f"unknown value type {kind} for {key}")
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
     """Key/value metadata; an array's value is its length."""
     with path.open("rb") as f:
-        if f.read(4) != MAGIC:
-            raise NotGGUF(f"{path.name} is not a GGUF file")
-        version = _read(f, "<I")
-        if version < 2:
-            raise NotGGUF(f"{path.name}: GGUF version {version} is too old")
-        _read(f, "<Q")  # tensor count
-        n_kv = _read(f, "<Q")
+        header = _Header(f, path.name)
+        version, _, n_kv = header.start()
         meta: dict[str, Any] = {"GGUF.version": version}
         for _ in range(n_kv):
-            key = _string(f)
-            kind = _read(f, "<I")
-            if kind == _STRING:
-                meta[key] = _string(f)
-            elif kind == _ARRAY:
-                meta[key] = _skip_array(f)
-            elif kind in _SCALARS:
-                meta[key] = _read(f, _SCALARS[kind])
-            else:
-                raise NotGGUF(f"{path.name}: unknown value type {kind} for {key}")
+            key = header.string()
+            meta[key] = header.value(key)
         return meta
 
 
@@ -88,27 +135,17 @@ def parameter_count(path: Path) -> int:
     """How many weights the file's tensors hold (the product of each
     tensor's dimensions, summed); for a split GGUF, this part's share."""
     with path.open("rb") as f:
-        if f.read(4) != MAGIC:
-            raise NotGGUF(f"{path.name} is not a GGUF file")
-        _read(f, "<I")  # version
-        n_tensors, n_kv = _read(f, "<Q"), _read(f, "<Q")
+        header = _Header(f, path.name)
+        _, n_tensors, n_kv = header.start()
         for _ in range(n_kv):
-            f.seek(_read(f, "<Q"), 1)  # key
-            kind = _read(f, "<I")
-            if kind == _STRING:
-                f.seek(_read(f, "<Q"), 1)
-            elif kind == _ARRAY:
-                _skip_array(f)
-            elif kind in _SCALARS:
-                f.seek(struct.calcsize(_SCALARS[kind]), 1)
-            else:
-                raise NotGGUF(f"{path.name}: unknown value type {kind}")
+            header.skip_string()  # key
+            header.value("")
         total = 0
         for _ in range(n_tensors):
-            f.seek(_read(f, "<Q"), 1)  # name
+            header.skip_string()  # name
             count = 1
-            for _ in range(_read(f, "<I")):
-                count *= _read(f, "<Q")
-            f.seek(4 + 8, 1)  # type, offset
+            for _ in range(header.count("<I", MAX_DIMS, 8, "dimension")):
+                count *= header.read("<Q")
+            header.skip(4 + 8)  # type, offset
             total += count
         return total
