@@ -10,12 +10,23 @@ does not HTML-escape). This module supplies that environment and nothing more;
     BadTemplate        the source does not compile (raised at load)
     TemplateRaised     the template called raise_exception(msg)
     InvalidRequest     what `render` raises for any failure while rendering
+
+A template comes with the model file, so it is treated as hostile: it runs in
+jinja's immutable sandbox (no attributes starting with `_`, no Python
+internals: the published template-injection payloads render nothing or
+fail), and one render is limited in time (`RENDER_SECONDS`: a watchdog
+interrupts the rendering thread) and in output (`MAX_OUTPUT_CHARS`, checked
+as output is produced and before `*`, `**` and padding methods build a huge
+value). Either limit is a clear error, never a hung server.
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
+import re
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from functools import cached_property
@@ -41,6 +52,14 @@ _THINKING_SWITCHES = ("enable_thinking", "thinking", "reasoning")
 # built fresh for one render, so letting it mutate them cannot leak state.
 _LIST_MUTATORS = frozenset({"append", "pop", "extend", "insert"})
 
+# Limits of one render. Real templates render a long conversation in
+# milliseconds, and a prompt never outgrows the 32 MiB request body by much.
+RENDER_SECONDS = 10.0
+MAX_OUTPUT_CHARS = 64 * 1024 * 1024
+# String methods whose integer argument is the size of what they build.
+_PADDING = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
+_FORMAT_WIDTH = re.compile(r"\d+")
+
 
 class BadTemplate(ValueError):
     """The template source does not compile."""
@@ -65,11 +84,75 @@ class _GenerationTag(Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
+class TemplateLimit(BaseException):
+    """A render went past a limit (raised into the rendering thread; not an
+    Exception, so that no `except Exception` on the way can swallow it)."""
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**"})
+    max_output = MAX_OUTPUT_CHARS
+
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(obj, list) and attr in _LIST_MUTATORS:
             return True
         return super().is_safe_attribute(obj, attr, value)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > 4096:
+            raise TemplateLimit(f"chat template: exponent {right} is too large")
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                sized = isinstance(seq, (str, list, tuple)) and isinstance(n, int)
+                if sized and len(seq) * n > self.max_output:
+                    raise TemplateLimit("chat template: output is too large")
+        return super().call_binop(context, operator, left, right)
+
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format
+        owner = getattr(method, "__self__", None)
+        if isinstance(owner, str):
+            name = getattr(method, "__name__", "")
+            sizes = [a for a in (*args, *kwargs.values()) if isinstance(a, int)]
+            too_big = name in _PADDING and any(n > self.max_output for n in sizes)
+            widths = _FORMAT_WIDTH.findall(owner) if name in ("format", "format_map") else []
+            if too_big or any(int(w) > self.max_output for w in widths):
+                raise TemplateLimit("chat template: output is too large")
+        return super().call(context, obj, *args, **kwargs)
+
+
+class _Watchdog:
+    """Raises `TemplateLimit` in the calling thread after `seconds`, unless
+    the `with` block ends first. Pure Python loops (what a template compiles
+    to) see it at their next bytecode."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._lock = threading.Lock()
+        self._done = False
+        self._fired = False
+        self._thread = threading.get_ident()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def _fire(self) -> None:
+        with self._lock:
+            if not self._done:
+                self._fired = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self._thread), ctypes.py_object(TemplateLimit)
+                )
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._done = True
+            self._timer.cancel()
+            if self._fired:  # not delivered yet if the render just ended: drop it
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
 
 
 class _Undefined(jinja2.Undefined):
@@ -145,12 +228,17 @@ class ChatTemplate:
         eos_token: str = "",
         *,
         now: Callable[[], datetime] = datetime.now,
+        seconds: float = RENDER_SECONDS,
+        max_output: int = MAX_OUTPUT_CHARS,
     ) -> None:
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._now = now
+        self._seconds = seconds
+        self._max_output = max_output
         env = _environment(now)
+        env.max_output = max_output
         try:
             ast = env.parse(source)
             self._template = env.from_string(ast)
@@ -193,13 +281,26 @@ class ChatTemplate:
         if tools:
             context["tools"] = tools
         try:
-            return self._template.render(context)
+            return self._render(context)
+        except TemplateLimit as e:
+            limit = str(e) or f"chat template: rendering took over {self._seconds:g} s"
+            raise InvalidRequest(limit) from None
         except TemplateRaised as e:
             raise InvalidRequest(f"chat template: {e.text}") from e
         except Exception as e:
             # Anything else a template trips on (an undefined attribute, a
             # type error, an empty pop) comes from the conversation's shape.
             raise InvalidRequest(f"chat template: {type(e).__name__}: {e}") from e
+
+    def _render(self, context: dict[str, Any]) -> str:
+        pieces, size = [], 0
+        with _Watchdog(self._seconds):
+            for piece in self._template.generate(context):
+                size += len(piece)
+                if size > self._max_output:
+                    raise TemplateLimit(f"chat template: output over {self._max_output} characters")
+                pieces.append(piece)
+        return "".join(pieces)
 
     def _card_variables(self, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
         """Variables a few templates read but never define, filled the way
