@@ -154,3 +154,21 @@ def answer_server(tiny_answer: Path) -> Iterator[EngyServer]:
     server = EngyServer(str(tiny_answer))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_vision() -> tuple[Path, Path]:
+    """(model, projector): the tiny answer model that also sees colours,
+    and the tiny mlp projector made for it (see ggufs.build_tiny_projector).
+    It answers ANSWER to text, " red" to a red image, " blue" to a blue one."""
+    need_fixtures()
+    from ggufs import tiny_gguf_cached, tiny_projector_cached
+
+    model = tiny_gguf_cached(
+        CACHE / "ggufs",
+        vocab="qwen2",
+        template="Qwen-Qwen3-0.6B.jinja",
+        answer=ANSWER,
+        colours=True,
+    )
+    return model, tiny_projector_cached(CACHE / "ggufs")

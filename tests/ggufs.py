@@ -195,6 +195,7 @@ def build_tiny_gguf(
     context_length: int = 32768,
     end_token: str | None = None,
     split_max_tensors: int = 0,
+    colours: bool = False,
 ) -> Path:
     """Write a tiny llama-architecture GGUF to ``out`` and return ``out``.
 
@@ -211,6 +212,10 @@ def build_tiny_gguf(
     split_max_tensors: when set, write a split GGUF with at most this many tensors per
       part, as `<out stem>-00001-of-0000N.gguf` ... next to `out` (gguf-split's names);
       returns the first part.
+    colours: the model sees images through build_tiny_projector's projector:
+      with a red image anywhere in the context it answers " red" and ends its
+      turn, with a blue one " blue" (see COLOUR_* below); text alone is
+      unaffected.
     """
     import gguf
 
@@ -235,8 +240,10 @@ def build_tiny_gguf(
         if end_id in chain:
             raise ValueError(f"answer {answer!r} contains the end-of-turn token {end_id}")
 
-    # Room for default + one direction per answer token + bias; head_dim stays even.
-    n_embd = max(N_EMBD_MIN, math.ceil((len(chain) + 2) / 32) * 32)
+    # Room for default + one direction per answer token + bias (+ the colour
+    # dims); head_dim stays even.
+    extra = len(COLOUR_DIMS) if colours else 0
+    n_embd = max(N_EMBD_MIN, math.ceil((len(chain) + 2 + extra) / 32) * 32)
     bias_dim = n_embd - 1
 
     embd = np.zeros((n_vocab, n_embd), dtype=np.float32)
@@ -266,6 +273,12 @@ def build_tiny_gguf(
         for src, dst in enumerate(nexts):
             output[dst, src] = CHAIN_LOGIT / scale
 
+    attn_v = np.zeros((n_embd, n_embd), dtype=np.float32)
+    attn_output = np.zeros((n_embd, n_embd), dtype=np.float32)
+    if colours:
+        words = {name: tokenize(vfile, word) for name, word in COLOUR_WORDS.items()}
+        _see_colours(words, embd, output, attn_v, attn_output, end_id, scale)
+
     w = gguf.GGUFWriter(out, "llama", split_max_tensors=split_max_tensors)
     w.add_name(f"engy-tiny-{vocab}")
     w.add_context_length(context_length)
@@ -293,8 +306,10 @@ def build_tiny_gguf(
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     w.add_tensor("output.weight", output.astype(f16))
     w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-    for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+    for name in ("attn_q", "attn_k"):
         w.add_tensor(f"blk.0.{name}.weight", zeros((n_embd, n_embd), dtype=f16))
+    w.add_tensor("blk.0.attn_v.weight", attn_v.astype(f16))
+    w.add_tensor("blk.0.attn_output.weight", attn_output.astype(f16))
     w.add_tensor("blk.0.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
     w.add_tensor("blk.0.ffn_gate.weight", zeros((N_FF, n_embd), dtype=f16))
     w.add_tensor("blk.0.ffn_up.weight", zeros((N_FF, n_embd), dtype=f16))
@@ -307,6 +322,53 @@ def build_tiny_gguf(
     if split_max_tensors:
         return sorted(out.parent.glob(f"{out.stem}-00001-of-*.gguf"))[0]
     return out
+
+
+# ---- seeing colours ----------------------------------------------------------
+#
+# With zero queries and keys every position attends to all before it alike,
+# so attention hands each token the mean of the values in its context. The
+# colour model's values carry two directions no text token has, red and blue,
+# which only the projector writes (build_tiny_projector); the output layer
+# turns red into a strong vote for " red", blue for " blue", and those two
+# tokens have a "stop" direction that votes for the end of the turn. So the
+# model answers a red image with " red" and stops, whatever else the prompt
+# says, as long as the image is a fair share of the context (tens of tokens
+# in a prompt of a few hundred).
+
+# Offsets from the end of the embedding (the bias direction is n_embd - 1).
+COLOUR_DIMS = {"red": 2, "blue": 3, "stop": 4}
+COLOUR_WORDS = {"red": " red", "blue": " blue"}
+ATTN_GAIN = 10.0
+COLOUR_LOGIT = 100.0
+STOP_LOGIT = 5000.0
+
+
+def colour_dim(n_embd: int, name: str) -> int:
+    return n_embd - COLOUR_DIMS[name]
+
+
+def _see_colours(
+    words: dict[str, list[int]],
+    embd: np.ndarray,
+    output: np.ndarray,
+    attn_v: np.ndarray,
+    attn_output: np.ndarray,
+    end_id: int,
+    scale: float,
+) -> None:
+    n_embd = embd.shape[1]
+    stop = colour_dim(n_embd, "stop")
+    for name, ids in words.items():
+        dim = colour_dim(n_embd, name)
+        if len(ids) != 1:
+            raise ValueError(f"{COLOUR_WORDS[name]!r} is not a single token of this vocab")
+        (tid,) = ids
+        attn_v[dim, dim] = 1.0  # numpy (out, in): the value copies the colour
+        attn_output[dim, dim] = ATTN_GAIN
+        output[tid, dim] = COLOUR_LOGIT / scale
+        embd[tid, stop] = 1.0
+    output[end_id, stop] = STOP_LOGIT / scale
 
 
 def tiny_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
@@ -334,6 +396,118 @@ def tiny_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
     os.close(fd)
     try:
         build_tiny_gguf(Path(tmp), **kwargs)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+# ---- a tiny vision projector ------------------------------------------------
+#
+# llama.cpp's "mlp" (LLaVA) projector: a patch embedding (a conv with stride
+# patch_size), a position embedding, vision blocks (with block_count = 1 the
+# LLaVA graph runs none of them: it stops before the last) and a two-layer MLP
+# mm.0 -> GELU -> mm.2 into the text model's embedding width.
+#
+# The weights read the colour of each patch: the vision embedding holds the
+# patch's mean red and mean blue (pixels normalized to -1..1), and the MLP
+# maps every patch onto the embedding of an ordinary token (default + bias
+# directions), plus the red direction of a `colours=True` text model for a
+# red patch, its blue direction for a blue one. That model then answers
+# " red" or " blue" (see _see_colours): a test can tell that the image
+# reached the model, and which one it was.
+
+PROJ_N_EMBD = 4  # vision width: red, blue, two unused
+PROJ_N_FF = 8
+PROJ_GAIN = 10.0  # GELU(10) ~ 10 and GELU(-10) ~ 0: a clean switch
+
+
+def build_tiny_projector(
+    out: Path, *, n_embd_text: int = N_EMBD_MIN, image_size: int = 32, patch_size: int = 8
+) -> Path:
+    """Write a tiny mmproj GGUF for a text model from build_tiny_gguf with
+    `n_embd_text` wide embeddings (built with colours=True to see them). An
+    image becomes (image_size / patch_size)**2 tokens."""
+    import gguf
+
+    if image_size % patch_size:
+        raise ValueError("image_size must be a multiple of patch_size")
+    n_v, n_ff, bias_dim = PROJ_N_EMBD, PROJ_N_FF, n_embd_text - 1
+    n_patches = (image_size // patch_size) ** 2
+
+    w = gguf.GGUFWriter(out, "clip")
+    w.add_name("engy-tiny-projector")
+    w.add_string("clip.projector_type", "mlp")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.image_size", image_size)
+    w.add_uint32("clip.vision.patch_size", patch_size)
+    w.add_uint32("clip.vision.embedding_length", n_v)
+    w.add_uint32("clip.vision.feed_forward_length", n_ff)
+    w.add_uint32("clip.vision.block_count", 1)
+    w.add_uint32("clip.vision.projection_dim", n_embd_text)
+    w.add_uint32("clip.vision.attention.head_count", 1)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+
+    f32, f16 = np.float32, np.float16
+    # Conv kernel [n_v, 3, p, p] (numpy order): channel means of the patch.
+    patch = np.zeros((n_v, 3, patch_size, patch_size), dtype=f32)
+    patch[0, 0] = 1.0 / patch_size**2  # red
+    patch[1, 2] = 1.0 / patch_size**2  # blue
+    w.add_tensor("v.patch_embd.weight", patch.astype(f16))
+    w.add_tensor("v.position_embd.weight", np.zeros((n_patches, n_v), dtype=f32))
+    # The one vision block: loaded (llama.cpp requires it), never run.
+    for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        w.add_tensor(f"v.blk.0.{name}.weight", np.zeros((n_v, n_v), dtype=f32))
+        w.add_tensor(f"v.blk.0.{name}.bias", np.zeros(n_v, dtype=f32))
+    for name in ("ln1", "ln2"):
+        w.add_tensor(f"v.blk.0.{name}.weight", np.ones(n_v, dtype=f32))
+        w.add_tensor(f"v.blk.0.{name}.bias", np.zeros(n_v, dtype=f32))
+    w.add_tensor("v.blk.0.ffn_up.weight", np.zeros((n_ff, n_v), dtype=f32))
+    w.add_tensor("v.blk.0.ffn_up.bias", np.zeros(n_ff, dtype=f32))
+    w.add_tensor("v.blk.0.ffn_down.weight", np.zeros((n_v, n_ff), dtype=f32))
+    w.add_tensor("v.blk.0.ffn_down.bias", np.zeros(n_v, dtype=f32))
+
+    mm0 = np.zeros((n_ff, n_v), dtype=f32)
+    mm0[0, 0] = mm0[1, 1] = PROJ_GAIN  # hidden 0: red, hidden 1: blue
+    w.add_tensor("mm.0.weight", mm0)
+    w.add_tensor("mm.0.bias", np.zeros(n_ff, dtype=f32))
+    # Output = default + bias directions (an ordinary token), plus the red
+    # or the blue direction.
+    mm2 = np.zeros((n_embd_text, n_ff), dtype=f32)
+    for hidden, name in ((0, "red"), (1, "blue")):
+        mm2[colour_dim(n_embd_text, name), hidden] = 1.0 / PROJ_GAIN
+    b2 = np.zeros(n_embd_text, dtype=f32)
+    b2[0] = b2[bias_dim] = 1.0
+    w.add_tensor("mm.2.weight", mm2)
+    w.add_tensor("mm.2.bias", b2)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def tiny_projector_cached(cache_dir: Path, **kwargs: Any) -> Path:
+    """build_tiny_projector, reusing a file named by a hash of its inputs."""
+    params = inspect.signature(build_tiny_projector).bind(Path(), **kwargs)
+    params.apply_defaults()
+    args = {k: v for k, v in params.arguments.items() if k != "out"}
+    h = hashlib.sha256(repr(sorted(args.items())).encode())
+    h.update(Path(__file__).read_bytes())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"mmproj-tiny-{h.hexdigest()[:16]}.gguf"
+    if path.exists():
+        return path
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".gguf")
+    os.close(fd)
+    try:
+        build_tiny_projector(Path(tmp), **kwargs)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
