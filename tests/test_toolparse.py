@@ -239,9 +239,30 @@ BAD = [
         Result(text='<tool_call>{"name": ["Bash"], "arguments": {}}</tool_call>'),
     ),
     (
-        "an unclosed call before its name is complete is text",
+        # A forced call cut by the token limit: a call to the tool it starts.
+        "an unclosed call before its name is complete is a call to that tool",
         'Hi <tool_call>\n{"name": "Ba',
-        Result(text='Hi <tool_call>\n{"name": "Ba'),
+        Result(text="Hi", calls=calls(("Bash", "{}"))),
+    ),
+    (
+        "an unclosed call cut right after its opening is a call to the first tool",
+        "<tool_call>\n{",
+        Result(calls=calls((next(iter(TOOLS)), "{}"))),
+    ),
+    (
+        "an unclosed call whose name starts no tool's name is text",
+        'Hi <tool_call>\n{"name": "Zq',
+        Result(text='Hi <tool_call>\n{"name": "Zq'),
+    ),
+    (
+        "an unclosed call with a complete unknown name is text",
+        '<tool_call>\n{"name": "Ba"',
+        Result(text='<tool_call>\n{"name": "Ba"'),
+    ),
+    (
+        "an unclosed call with broken JSON before the name is text",
+        '<tool_call>\n{"name" x',
+        Result(text='<tool_call>\n{"name" x'),
     ),
     (
         "JSON broken after the start is cut back and closed",
@@ -307,7 +328,9 @@ BAD = [
         Result(calls=calls(("Read", '{"file_path": "/a"}'), ("Read", '{"file_path": "/b"}'))),
     ),
     ("output ending inside a marker", "Hello <tool_ca", Result(text="Hello <tool_ca")),
-    ("a lone open tag", "<tool_call>", Result(text="<tool_call>")),
+    # Output cut right after the opening tag (a forced call at max_tokens 1).
+    ("a lone open tag", "<tool_call>", Result(calls=calls(("Bash", "{}")))),
+    ("a lone partial open tag", "<tool_ca", Result(text="<tool_ca")),
 ]
 
 

@@ -96,14 +96,15 @@ def prepare(model: Model, request: ChatRequest, output_cap: int) -> Prepared:
     choice = request.tool_choice
     tools = () if choice.mode == "none" else request.tools
     grammar = None
+    chosen: tuple[ToolSpec, ...] = tools
     if forced:
-        chosen: tuple[ToolSpec, ...] = tools
         if choice.mode == "tool":
             chosen = tuple(t for t in tools if t.name == choice.name)
         grammar = forced_call_grammar(chosen, family.name, reasoning=in_thinking)
-    # The offered names; as a mapping to each tool's parameters schema, so
-    # that families writing a tag per parameter can type the values.
-    names = {t.name: t.parameters for t in tools}
+    # The names the model may call (under a grammar, only those it allows);
+    # as a mapping to each tool's parameters schema, so that families
+    # writing a tag per parameter can type the values.
+    names = {t.name: t.parameters for t in chosen}
     parser_class = family.parser
     s = request.sampling
     params = SamplingParams(

@@ -49,6 +49,12 @@ Bad output (never an exception, nothing silently lost before a call starts)
 5. Text after the call's JSON object and before `</tool_call>` (a stray `}`)
    is dropped; a `<tool_call>` there ends this call and starts the next.
 6. Output that ends inside a possible marker (`<tool_ca`): flushed as text.
+7. Output that ends inside a `<tool_call>` block before the name is complete
+   (a forced call cut by the token limit): when the JSON so far is valid and
+   the name read so far starts an offered tool's name (the first offered one
+   that it starts; an empty name starts every name), it is a call to that
+   tool with its arguments repaired as in 2, not text. A complete name that
+   is not offered is still case 1.
 Whatever the case, the deltas of a call joined equal its `ToolCallEnd`
 arguments, and they are a JSON object.
 """
@@ -396,6 +402,21 @@ class _Call:
         self.sent = len(self.args)
         return piece
 
+    def partial_name(self) -> str | None:
+        """The name read so far by a call cut short before its name was
+        complete: "" when no name has begun, None when the block is broken
+        or its name was complete (and so not offered) or not a string."""
+        if not self.in_json or self.bad_name or self.name is not None:
+            return None
+        if self.capture is None or self.capturing != "name":
+            return ""
+        text = "".join(self.capture)
+        for cut in range(min(6, len(text))):  # an escape may be cut in half
+            name = _decode_string(text[: len(text) - cut] + '"')
+            if name is not None:
+                return name
+        return None
+
     def final_arguments(self) -> tuple[str, str]:
         """(the whole arguments text, the last delta that completes it)."""
         end = "" if self.args_done else self.closer
@@ -489,6 +510,7 @@ class PlainParser(StepParser):
     ) -> None:
         # configuration
         self._tools = frozenset(tools)
+        self._offered = tuple(tools)  # in the order offered (a forced grammar's order)
         self._thinking = thinking
         self._new_id = new_id
         # state
@@ -582,8 +604,19 @@ class PlainParser(StepParser):
                 return True
         if final:
             call.raw.append(call.tail)
+            self._start_cut_call(call, out)
             self._end_call(call, out)
         return False
+
+    def _start_cut_call(self, call: _Call, out: list[Event]) -> None:
+        """Rule 7: a call cut before its name was complete."""
+        partial = call.partial_name() if call.index < 0 else None
+        if partial is None:
+            return
+        name = next((t for t in self._offered if t.startswith(partial)), None)
+        if name is not None:
+            call.index, self._calls = self._calls, self._calls + 1
+            out.append(ToolCallStart(call.index, self._new_id(), name))
 
     def _stream(self, call: _Call, out: list[Event]) -> None:
         if call.index < 0 and call.name is not None and call.name in self._tools:
