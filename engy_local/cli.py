@@ -53,6 +53,31 @@ def serve(
         Optional[str],  # noqa: UP045
         typer.Option("--api-key", envvar="ENGY_API_KEY", help="Require this key from clients"),
     ] = None,
+    no_api_key: Annotated[
+        bool, typer.Option("--no-api-key", help="Allow serving off loopback without a key")
+    ] = False,
+    allow_host: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--allow-host",
+            envvar="ENGY_ALLOW_HOST",
+            help="Also accept requests with this Host name (repeat, or comma-separated; '*': any)",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--allow-origin",
+            envvar="ENGY_ALLOW_ORIGIN",
+            help="Also accept requests from this browser Origin, e.g. https://app.example",
+        ),
+    ] = None,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-grace", help="Seconds streams may finish on Ctrl-C / SIGTERM", min=0
+        ),
+    ] = 5.0,
     timeout: Annotated[
         float, typer.Option(help="Seconds one generation may take (0: no limit)")
     ] = 600.0,
@@ -89,6 +114,10 @@ def serve(
         gpu_layers=_gpu_layers(gpu_layers),
         threads=threads or None,
         api_key=api_key or None,
+        no_api_key=no_api_key,
+        allow_hosts=tuple(allow_host or ()),
+        allow_origins=tuple(allow_origin or ()),
+        shutdown_grace=shutdown_grace,
         timeout=timeout or None,
         max_output_tokens=max_output_tokens,
         queue_size=queue_size,

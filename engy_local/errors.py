@@ -5,6 +5,7 @@ body in one place (`protocols.anthropic.error_body`, `protocols.responses.error_
     ├── InvalidRequest          400   bad JSON, a wrong type, a missing field
     │   └── PromptTooLong       400   the prompt does not fit the context window
     ├── Unauthorized            401   missing or wrong API key
+    ├── Forbidden               403   a Host or Origin this server does not accept
     ├── ModelNotFound           404   no such model
     ├── NotFoundRoute           404   no such endpoint
     ├── RequestTooLarge         413   body over the size limit
@@ -43,6 +44,10 @@ class PromptTooLong(InvalidRequest):
 
 class Unauthorized(EngyError):
     status = 401
+
+
+class Forbidden(EngyError):
+    status = 403
 
 
 class ModelNotFound(EngyError):

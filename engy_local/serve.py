@@ -10,9 +10,12 @@ from rich.console import Console
 from .engine.local import ServedModel
 from .engine.model import LoadOptions
 from .engine.pool import ModelPool
+from .errors import EngyError
+from .guard import AccessPolicy, is_loopback
 from .models.catalog import Catalog, CatalogError, load_catalog
 from .models.store import Installed, find, installed, locate
 from .server import Settings, create_app
+from .shutdown import DEFAULT_GRACE, Drain, GracefulServer
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,20 @@ class ServeOptions:
     queue_size: int = 16
     memory_budget: int | None = None  # bytes; None: 80% of RAM
     keep_alive: float | None = 1800.0  # seconds an idle model stays loaded
+    no_api_key: bool = False  # serve off loopback without a key, on purpose
+    allow_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ("*": any)
+    allow_origins: tuple[str, ...] = ()  # Origins accepted besides loopback
+    shutdown_grace: float = DEFAULT_GRACE  # seconds streams may finish on SIGINT / SIGTERM
+
+
+def check_exposure(options: ServeOptions) -> None:
+    """A server off loopback answers whoever reaches it: it needs a key,
+    unless --no-api-key says that is meant."""
+    if not is_loopback(options.host) and not options.api_key and not options.no_api_key:
+        raise EngyError(
+            f"--host {options.host} is reachable from other machines: set --api-key "
+            "(or ENGY_API_KEY), or pass --no-api-key to serve without one"
+        )
 
 
 def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> ServedModel:
@@ -104,6 +121,7 @@ def build_backend(options: ServeOptions) -> ModelPool:
 def run_server(options: ServeOptions, console: Console) -> None:
     import uvicorn
 
+    check_exposure(options)
     with console.status("loading model..."):
         backend = build_backend(options)
     info = backend.info
@@ -116,11 +134,16 @@ def run_server(options: ServeOptions, console: Console) -> None:
     console.print(f"  context   {info.context_length} tokens")
     console.print(f"  url       {url}  (POST /v1/messages, POST /v1/responses)")
     console.print(f"  Claude Code: ANTHROPIC_BASE_URL={url} claude --model {info.id}")
-    app = create_app(Settings(api_key=options.api_key), backend)
+    access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
+    app = create_app(Settings(api_key=options.api_key, access=access), backend)
+    drain: Drain = app.state.drain
+    # ws="none": a WebSocket upgrade reaches the app as plain HTTP and
+    # gets 426, on which Codex falls back to HTTP at once.
+    config = uvicorn.Config(
+        app, host=options.host, port=options.port, log_level="warning", ws="none"
+    )
     try:
-        # ws="none": a WebSocket upgrade reaches the app as plain HTTP and
-        # gets 426, on which Codex falls back to HTTP at once.
-        uvicorn.run(app, host=options.host, port=options.port, log_level="warning", ws="none")
+        GracefulServer(config, drain, options.shutdown_grace).run()
     finally:
         backend.close()
         console.print("engy stopped")

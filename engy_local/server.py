@@ -13,27 +13,34 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Scope
 
 from .backend import Backend, Generation
 from .chat import Answer, Event, Heartbeat, PromptProgress
 from .errors import (
     EngyError,
+    Forbidden,
     InvalidRequest,
     NotFoundRoute,
+    NoWorker,
     RequestTooLarge,
     ServerError,
     Unauthorized,
 )
+from .guard import AccessMiddleware, AccessPolicy, key_matches
+from .metrics import CountRequests, Metrics, Tracked
 from .protocols import anthropic, responses
 from .protocols.anthropic_stream import MessageStream
+from .shutdown import Drain
 
 log = logging.getLogger("engy.server")
 
@@ -45,12 +52,17 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 # A stream quiet for this long (queued, or a long prompt being processed)
 # gets an event clients ignore; Codex gives up after 300 s of silence.
 KEEPALIVE_SECONDS = 10.0
+# Bodies nested deeper than this (arrays and objects, the body itself at 1)
+# are refused with 400. Claude Code's and Codex's deepest tool schemas are
+# about 12 levels into the body.
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
 class Settings:
     api_key: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    access: AccessPolicy = field(default_factory=AccessPolicy)
 
 
 class StreamMachine(Protocol):
@@ -79,6 +91,24 @@ def _sse(events: list[dict[str, Any]]) -> bytes:
     )
 
 
+def _protocol_of(path: str) -> Protocol_:
+    return "openai" if path.startswith("/v1/responses") else "anthropic"
+
+
+def _depth_ok(value: Any, limit: int) -> bool:
+    """Whether `value` nests at most `limit` arrays and objects deep
+    (iterative: a hostile body must not exhaust the stack here either)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
 async def _read_json(request: Request, limit: int) -> Any:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
@@ -89,10 +119,16 @@ async def _read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise RequestTooLarge(f"request body is over the {limit // (1024 * 1024)} MiB limit")
         chunks.append(chunk)
+    too_deep = InvalidRequest(f"body: nested deeper than {MAX_DEPTH} levels", param="body")
     try:
-        return json.loads(b"".join(chunks))
+        body = json.loads(b"".join(chunks))
+    except RecursionError:
+        raise too_deep from None
     except ValueError as exc:
         raise InvalidRequest(f"body: invalid JSON: {exc}") from None
+    if not _depth_ok(body, MAX_DEPTH):
+        raise too_deep
+    return body
 
 
 async def _collect(request: Request, generation: Generation) -> Answer:
@@ -145,15 +181,23 @@ def _stream(machine: StreamMachine, generation: Generation) -> StreamingResponse
 
 
 def create_app(settings: Settings, backend: Backend) -> Starlette:
+    metrics, drain = Metrics(), Drain()
+
     def authorized(request: Request) -> bool:
         if not settings.api_key:
             return True
         # Either header may carry the key: SDKs and clients differ.
-        offered = {request.headers.get("x-api-key")}
+        offered = [request.headers.get("x-api-key")]
         auth = request.headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
-            offered.add(auth[7:].strip())
-        return settings.api_key in offered
+            offered.append(auth[7:].strip())
+        return key_matches(settings.api_key, offered)
+
+    def refuse(scope: Scope, message: str) -> ASGIApp:
+        return _error_response(_protocol_of(scope["path"]), Forbidden(message))
+
+    def tracked(generation: Generation) -> Generation:
+        return Tracked(generation, metrics, drain)
 
     Handler = Callable[[Request], Awaitable[Response]]
 
@@ -162,6 +206,8 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
             try:
                 if auth and not authorized(request):
                     raise Unauthorized("invalid or missing API key")
+                if drain.started:
+                    raise NoWorker("server is shutting down")
                 return await handler(request)
             except EngyError as err:
                 return _error_response(protocol, err)
@@ -174,7 +220,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
     async def messages(request: Request) -> Response:
         parsed = anthropic.parse_request(await _read_json(request, settings.max_body_bytes))
         backend.resolve(parsed.chat.model)
-        generation = await backend.submit(parsed.chat)
+        generation = tracked(await backend.submit(parsed.chat))
         message_id = _new_id("msg_")
         if parsed.stream:
             return _stream(MessageStream(parsed, message_id, generation.prompt_tokens), generation)
@@ -204,7 +250,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
             await _read_json(request, settings.max_body_bytes), max_output_cap=cap
         )
         backend.resolve(parsed.chat.model)
-        generation = await backend.submit(parsed.chat)
+        generation = tracked(await backend.submit(parsed.chat))
         response_id, created = _new_id("resp_"), int(time.time())
         if parsed.stream:
             machine = responses.ResponseStream(parsed, response_id=response_id, created_at=created)
@@ -250,6 +296,13 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
             return Response(status_code=200)
         return JSONResponse({"name": "engy", "models": [m.id for m in backend.models()]})
 
+    async def prometheus(request: Request) -> Response:
+        status = getattr(backend, "status", None)
+        loaded = [m.id for m in status()] if callable(status) else []
+        return PlainTextResponse(
+            metrics.render(loaded), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
     async def not_found(request: Request) -> Response:
         raise NotFoundRoute(f"no route for {request.method} {request.url.path}")
 
@@ -265,10 +318,18 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         Route("/v1/models", endpoint("anthropic", list_models), methods=["GET"]),
         Route("/", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
         Route("/api/hello", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
+        Route("/metrics", endpoint("anthropic", prometheus), methods=["GET"]),
         Route(
             "/{path:path}",
             endpoint("anthropic", not_found, auth=False),
             methods=["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD"],
         ),
     ]
-    return Starlette(routes=routes)
+    # Outermost first: every answer is counted, refusals included.
+    middleware = [
+        Middleware(CountRequests, metrics=metrics, paths={r.path for r in routes[:-1]}),
+        Middleware(AccessMiddleware, policy=settings.access, refuse=refuse),
+    ]
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.drain = drain  # `engy serve` starts the drain on SIGINT / SIGTERM
+    return app

@@ -16,6 +16,7 @@ from ..chat import Answer, ToolCall, Usage
 from ..errors import (
     Busy,
     EngyError,
+    Forbidden,
     GenerationTimeout,
     InvalidRequest,
     ModelNotFound,
@@ -180,6 +181,7 @@ _HTTP_ERRORS: dict[type[EngyError], tuple[int, str, str | None]] = {
     PromptTooLong: (400, "invalid_request_error", "context_length_exceeded"),
     InvalidRequest: (400, "invalid_request_error", None),
     Unauthorized: (401, "authentication_error", "invalid_api_key"),
+    Forbidden: (403, "permission_error", "forbidden"),
     ModelNotFound: (404, "invalid_request_error", "model_not_found"),
     NotFoundRoute: (404, "invalid_request_error", None),
     RequestTooLarge: (413, "invalid_request_error", "request_too_large"),
