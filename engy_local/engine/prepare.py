@@ -7,19 +7,38 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from ..chat import ChatRequest, Image, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong
 from .decode import SamplingParams
+from .families import Family
 from .grammar import forced_call_grammar
-from .model import Model
 from .prompt import to_template_messages, to_template_tools
+from .template import ChatTemplate
 from .toolparse import ToolParser
 
 # Defaults for what a request leaves out (llama.cpp's own defaults).
 DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_P = 0.95
 DEFAULT_TOP_K = 40
+
+
+class PromptModel(Protocol):
+    """What rendering and tokenizing need of a model: the loaded `Model`,
+    or a vocabulary alone (vocab.py) for a backend that runs it elsewhere."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def template(self) -> ChatTemplate: ...
+    @property
+    def family(self) -> Family: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -34,7 +53,7 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-def render(model: Model, request: ChatRequest) -> tuple[str, bool]:
+def render(model: PromptModel, request: ChatRequest) -> tuple[str, bool]:
     """The prompt text, and whether tool calls are forced by grammar."""
     for message in request.messages:
         if any(isinstance(p, Image) for p in message.parts):
@@ -69,11 +88,11 @@ def render(model: Model, request: ChatRequest) -> tuple[str, bool]:
     return text, forced
 
 
-def count_tokens(model: Model, request: ChatRequest) -> int:
+def count_tokens(model: PromptModel, request: ChatRequest) -> int:
     return len(model.tokenize(render(model, request)[0]))
 
 
-def prepare(model: Model, request: ChatRequest, output_cap: int) -> Prepared:
+def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepared:
     text, forced = render(model, request)
     tokens = model.tokenize(text)
     n, window = len(tokens), model.n_ctx
