@@ -240,7 +240,8 @@ SAMPLING_CASES: list[tuple[str, dict[str, Any], int | None, Sampling, str]] = [
     ("nothing, no cap", body(), None, Sampling(), "shrink"),
     ("cap applies when unset", body(), 4096, Sampling(max_tokens=4096), "shrink"),
     ("smaller ask kept", body(max_output_tokens=100), 4096, Sampling(max_tokens=100), "reject"),
-    ("larger ask capped", body(max_output_tokens=9000), 4096, Sampling(max_tokens=4096), "reject"),
+    # The window check is on the ask itself; the engine applies the cap after it.
+    ("larger ask kept", body(max_output_tokens=9000), 4096, Sampling(max_tokens=9000), "reject"),
     ("ask without cap", body(max_output_tokens=50), None, Sampling(max_tokens=50), "reject"),
     (
         "temperature and top_p",
@@ -263,6 +264,12 @@ def test_sampling_and_overflow(
     parsed = responses.parse_request(request_body, max_output_cap=cap)
     assert parsed.chat.sampling == sampling
     assert parsed.chat.overflow == overflow
+
+
+def test_echo_is_the_effective_limit() -> None:
+    parsed = responses.parse_request(body(max_output_tokens=9000), max_output_cap=4096)
+    assert parsed.echo["max_output_tokens"] == 4096
+    assert responses.parse_request(body(), max_output_cap=4096).echo["max_output_tokens"] == 4096
 
 
 def test_whole_request() -> None:

@@ -7,12 +7,15 @@ looked at, so they are tolerated.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..chat import Provider
 from ..errors import InvalidRequest
 
 _MISSING: Any = object()
+# Integers reach llama.cpp as C ints: anything larger is out of range there.
+INT_MAX = 2**31 - 1
 
 
 def _type_name(value: Any) -> str:
@@ -64,7 +67,12 @@ def string(d: dict[str, Any], key: str, path: str, default: Any = _MISSING) -> A
 
 
 def integer(
-    d: dict[str, Any], key: str, path: str, default: Any = _MISSING, minimum: int | None = None
+    d: dict[str, Any],
+    key: str,
+    path: str,
+    default: Any = _MISSING,
+    minimum: int | None = None,
+    maximum: int = INT_MAX,
 ) -> Any:
     value = d.get(key)
     if value is None:
@@ -77,6 +85,8 @@ def integer(
             raise fail(path, "an integer", value)
     if minimum is not None and value < minimum:
         raise InvalidRequest(f"{path}: must be >= {minimum}, got {value}", param=path)
+    if value > maximum:
+        raise InvalidRequest(f"{path}: must be <= {maximum}, got {value}", param=path)
     return value
 
 
@@ -93,6 +103,8 @@ def number(
         return _absent(path, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail(path, "a number", value)
+    if not math.isfinite(value):  # Python's JSON reads NaN and Infinity
+        raise InvalidRequest(f"{path}: must be a finite number, got {value}", param=path)
     if (low is not None and value < low) or (high is not None and value > high):
         raise InvalidRequest(f"{path}: must be between {low} and {high}, got {value}", param=path)
     return float(value)

@@ -89,7 +89,9 @@ def parse_request(body: Any, max_output_cap: int | None = None) -> ResponsesRequ
     asked = fields.integer(d, "max_output_tokens", "max_output_tokens", None, minimum=1)
     limits = [n for n in (asked, max_output_cap) if n is not None]
     sampling = Sampling(
-        max_tokens=min(limits) if limits else None,
+        # What the client asked for, uncapped: the window check of the
+        # contract is on it (the engine applies the cap after the check).
+        max_tokens=asked if asked is not None else max_output_cap,
         temperature=fields.number(d, "temperature", "temperature", None, low=0, high=2),
         top_p=fields.number(d, "top_p", "top_p", None, low=0, high=1),
     )
@@ -121,7 +123,7 @@ def parse_request(body: Any, max_output_cap: int | None = None) -> ResponsesRequ
     echo = {
         "model": model,
         "instructions": instructions,
-        "max_output_tokens": sampling.max_tokens,
+        "max_output_tokens": min(limits) if limits else None,  # effective
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "tools": offered,
