@@ -1,55 +1,94 @@
-"""The scheduler's queue: what counts against its size."""
+"""The model's queue: requests wait for a free KV sequence, a full queue
+turns the next one away, and requests whose clients left give their places
+back. On a real tiny model (it writes '"' for ever)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engy_local.chat import Finished, Started
 from engy_local.engine import decode
+from engy_local.engine.model import LoadOptions, Model
 from engy_local.engine.worker import Job, Worker
 from engy_local.errors import Busy
 
 
-def _job(sink: list[Any]) -> Job:
-    return Job(
-        tokens=[1],
-        params=decode.SamplingParams(max_tokens=1),
-        parser=None,  # type: ignore[arg-type]  # never reached: _run is replaced
-        emit=sink.append,
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.done = threading.Event()
+
+    def __call__(self, item: Any) -> None:
+        self.events.append(item)
+        if item is None:
+            self.done.set()
+
+    def started(self) -> bool:
+        return any(isinstance(e, Started) for e in self.events)
+
+
+@pytest.fixture(scope="module")
+def endless(tiny_qwen3: Path) -> Model:
+    return Model(LoadOptions(tiny_qwen3, ctx_size=2048, parallel=1))
+
+
+def job(model: Model, sink: Sink, max_tokens: int = 100_000) -> Job:
+    tokens = model.tokenize(
+        model.template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
     )
+    parser = model.family.parser(tools={}, thinking=False, new_id=lambda: "call_1")
+    return Job(tokens, decode.SamplingParams(max_tokens=max_tokens, temperature=0), parser, sink)
 
 
-def test_cancelled_waiting_jobs_give_up_their_places(monkeypatch: pytest.MonkeyPatch) -> None:
-    release = threading.Event()
-    started = threading.Event()
+def wait_for(check: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
-    def run(self: Worker, job: Job) -> None:
-        started.set()
-        release.wait(30)
 
-    monkeypatch.setattr(Worker, "_run", run)
-    worker = Worker(model=None, queue_size=1)  # type: ignore[arg-type]
+def test_cancelled_waiting_jobs_give_up_their_places(endless: Model) -> None:
+    worker = Worker(endless, queue_size=1)
     try:
-        running, waiting, turned_away, next_one = [], [], [], []  # type: ignore[var-annotated]
-        worker.submit(_job(running))
-        assert started.wait(10)
-        left = _job(waiting)
+        running, waiting, turned_away, next_one = Sink(), Sink(), Sink(), Sink()
+        first = job(endless, running)
+        worker.submit(first)
+        wait_for(running.started)  # it holds the only sequence
+        left = job(endless, waiting)
         worker.submit(left)
         with pytest.raises(Busy):
-            worker.submit(_job(turned_away))
+            worker.submit(job(endless, turned_away))
         # The waiting request's client goes away: its place is free at once.
         left.cancelled.set()
-        worker.submit(_job(next_one))
-        assert waiting == [None]  # its events end, with nothing generated
-        release.set()
-        deadline = time.monotonic() + 10
-        while next_one != [None] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert next_one == [None]  # the next request ran
-        assert running == [None]
+        worker.submit(job(endless, next_one, max_tokens=5))
+        assert waiting.events == [None]  # its events end, with nothing generated
+        first.cancelled.set()  # the endless one is stopped within a step
+        assert next_one.done.wait(30)
+        finished = [e for e in next_one.events if isinstance(e, Finished)]
+        assert finished and finished[0].usage.output_tokens == 5
+        assert running.done.is_set() and not any(isinstance(e, Finished) for e in running.events)
+        assert worker.idle()
     finally:
-        release.set()
         worker.close()
+
+
+def test_a_model_with_several_sequences_runs_jobs_side_by_side(endless: Model) -> None:
+    model = Model(replace(LoadOptions(endless.path), ctx_size=2048, parallel=3))
+    worker = Worker(model, queue_size=4)
+    try:
+        sinks = [Sink() for _ in range(3)]
+        for sink in sinks:
+            worker.submit(job(model, sink))
+        wait_for(lambda: all(s.started() for s in sinks))  # none waits for another
+        assert sum(d["busy"] for d in worker.sequences()) == 3
+    finally:
+        worker.close()
+        model.close()
+    for sink in sinks:  # unloading ends every job, each with its error
+        assert sink.done.is_set() and sink.events[-1] is None

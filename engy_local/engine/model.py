@@ -1,4 +1,9 @@
-"""Loading a GGUF with llama.cpp and the few model facts the rest needs."""
+"""Loading a GGUF with llama.cpp and the few model facts the rest needs.
+
+The weights are loaded through llama.cpp's own API, not `llama_cpp.Llama`:
+the context (several sequences, flash attention, a unified KV cache) is
+built by the scheduler in context.py, which `Llama` would not let us do.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +18,14 @@ from llama_cpp._logger import set_verbose
 
 from ..errors import EngyError
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
+from .cpu import use_repacking
 from .families import detect, get
 from .template import ChatTemplate
-
-# Prompts are evaluated in chunks of this many tokens; between chunks the
-# worker checks for cancellation and reports progress.
-BATCH = 512
-
+from .vision import Projector
 
 # llama.cpp logs every load at length; keep errors only.
 set_verbose(False)
+llama_cpp.llama_backend_init()
 
 
 class ModelLoadError(EngyError):
@@ -37,6 +40,10 @@ class LoadOptions:
     threads: int | None = None
     chat_template: str | None = None  # overrides tokenizer.chat_template
     family: str | None = None  # overrides the tool-call family detection
+    mmproj: Path | None = None  # vision projector
+    parallel: int = 4  # KV sequences: conversations served at once
+    cache_ram: int = 2 << 30  # bytes of saved sequence states kept in RAM
+    repack: bool | None = None  # CPU weight repacking; None: decide (cpu.py)
 
 
 def gpu_backend() -> str | None:
@@ -51,11 +58,14 @@ def gpu_backend() -> str | None:
 
 
 class Model:
-    """One loaded GGUF. Only the worker thread that owns it may decode;
+    """One loaded GGUF: weights, vocabulary, template and family. Decoding
+    happens in a context the model's scheduler owns (context.py);
     tokenizing and rendering are safe from any thread."""
 
     def __init__(self, options: LoadOptions) -> None:
         path = options.path
+        self.projector: Projector | None = None
+        self.handle: llama_cpp.llama_model_p | None = None
         if not path.is_file():
             raise ModelLoadError(f"model file not found: {path}")
         backend = gpu_backend()
@@ -63,38 +73,48 @@ class Model:
         if gpu_layers is None:
             gpu_layers = -1 if backend else 0
         self.backend = backend if backend and gpu_layers != 0 else "CPU"
-        threads = options.threads or max(1, (os.cpu_count() or 2))
+        self.threads = options.threads or max(1, (os.cpu_count() or 2))
         train_ctx = _trained_context(path)
-        n_ctx = min(train_ctx, options.ctx_size) if options.ctx_size else train_ctx
-        try:
-            self.llm = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=n_ctx,
-                n_batch=BATCH,
-                n_ubatch=BATCH,
-                n_gpu_layers=gpu_layers,
-                n_threads=threads,
-                n_threads_batch=threads,
-                verbose=False,
-            )
-        except ValueError as exc:  # llama-cpp-python's "Failed to load model"
-            raise ModelLoadError(f"could not load {path}: {exc}") from exc
+        self.n_ctx = min(train_ctx, options.ctx_size) if options.ctx_size else train_ctx
+        self.parallel = max(1, options.parallel)
+        self.cache_ram = max(0, options.cache_ram)
+        self.repack = use_repacking(options.repack)
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        params.use_extra_bufts = self.repack
+        handle = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not handle:
+            raise ModelLoadError(f"could not load {path}: llama.cpp refused the file")
+        self.handle = handle
         self.path = path
-        self.n_ctx: int = self.llm.n_ctx()
         self.gpu_layers = gpu_layers
-        vocab = self.llm._model.vocab
+        vocab = llama_cpp.llama_model_get_vocab(handle)
         self._vocab = vocab
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        self.n_swa = int(llama_cpp.llama_model_n_swa(handle))
+        # Recurrent state cannot be cut back to a prefix: reuse is whole or nothing.
+        self.recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle)
+        )
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
         self.bos_text = self._token_text(llama_cpp.llama_vocab_bos(vocab))
         self.eos_text = self._token_text(llama_cpp.llama_vocab_eos(vocab))
-        self.metadata: dict[str, str] = dict(self.llm.metadata)
+        self.metadata: dict[str, str] = _metadata(handle)
         source = options.chat_template or self.metadata.get("tokenizer.chat_template")
         if not source:
+            self.close()
             raise ModelLoadError(
                 f"{path.name} has no chat template; give one in models.toml (chat_template)"
             )
         self.template = ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
         self.family = get(options.family) if options.family else detect(source)
+        if options.mmproj is not None:
+            self.projector = Projector(options.mmproj, handle, self.threads)
+
+    @property
+    def vocab(self) -> llama_cpp.llama_vocab_p:
+        vocab: llama_cpp.llama_vocab_p = self._vocab
+        return vocab
 
     def _token_text(self, token: int) -> str:
         if token < 0:
@@ -107,10 +127,16 @@ class Model:
         so there is exactly one."""
         if self.add_bos and self.bos_text and text.startswith(self.bos_text):
             text = text[len(self.bos_text) :]
-        tokens: list[int] = self.llm.tokenize(
-            text.encode("utf-8"), add_bos=self.add_bos, special=True
-        )
-        return tokens
+        data = text.encode("utf-8")
+        size = len(data) + 2
+        while True:
+            buf = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buf, size, self.add_bos, True
+            )
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token, special tokens rendered as their text."""
@@ -126,7 +152,31 @@ class Model:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
-        self.llm.close()
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
+        if self.handle:
+            llama_cpp.llama_model_free(self.handle)
+            self.handle = None
+
+
+def _metadata(handle: llama_cpp.llama_model_p) -> dict[str, str]:
+    out: dict[str, str] = {}
+    buf_size = 1 << 16
+    for i in range(llama_cpp.llama_model_meta_count(handle)):
+        key = ctypes.create_string_buffer(1024)
+        if llama_cpp.llama_model_meta_key_by_index(handle, i, key, 1024) < 0:
+            continue
+        size = buf_size
+        while True:
+            value = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_model_meta_val_str_by_index(handle, i, value, size)
+            if n < size:
+                break
+            size = n + 1
+        if n >= 0:
+            out[key.value.decode("utf-8", "replace")] = value.value.decode("utf-8", "replace")
+    return out
 
 
 def _trained_context(path: Path) -> int:

@@ -1,42 +1,28 @@
-"""The scheduler: one thread owns a loaded model and runs queued jobs.
+"""The owner of one loaded model: a thread that runs its scheduler.
 
-Requests wait in a bounded queue (full: `Busy`, a 429). Each job streams its
-events back through `Job.emit`, which the async side turns into a queue of
-its own. Cancelling a job (the client went away, or it timed out) is seen
-between two steps of the token loop, so the model is free again within one
-token.
+Requests wait in a bounded queue (full: `Busy`, a 429) until a KV sequence
+is free; the scheduler (scheduler.py) then runs every admitted request in
+one batch per step. Each job streams its events back through `Job.emit`,
+which the async side turns into a queue of its own. A cancelled job (the
+client went away, or it timed out) gives its sequence back within one step.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..chat import (
-    Event,
-    Finished,
-    PromptProgress,
-    Started,
-    StopReason,
-    ThinkingDelta,
-    ToolCallEnd,
-    Usage,
-)
+from ..chat import Event
 from ..errors import Busy, EngyError, ServerError
 from . import decode
 from .model import Model
 from .toolparse import ToolParser
 
 log = logging.getLogger("engy.worker")
-
-_REASONS: dict[str, StopReason] = {
-    "end": "end_turn",
-    "length": "max_tokens",
-    "stop": "stop_sequence",
-}
 
 Sink = Callable[[Event | EngyError | None], None]
 
@@ -48,108 +34,92 @@ class Job:
     parser: ToolParser
     emit: Sink  # thread-safe; None marks the end of the job's events
     single_call: bool = False  # stop after the first complete tool call
+    media: tuple[Any, ...] = ()  # vision.Media: the images among `tokens`, in order
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 class Worker:
     def __init__(self, model: Model, queue_size: int = 16) -> None:
+        from .scheduler import Scheduler
+
         self.model = model
-        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
-        self._running = False
+        self.queue_size = queue_size
+        self.scheduler = Scheduler(model)  # builds the context: fails here, not later
+        self._waiting: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._busy = False
         self._thread = threading.Thread(target=self._loop, name="engy-model", daemon=True)
         self._thread.start()
 
     def idle(self) -> bool:
         """Nothing running and nothing waiting: the model may be unloaded."""
-        return not self._running and self._jobs.empty()
+        with self._cond:
+            return not self._busy and not self._waiting
 
     def submit(self, job: Job) -> None:
-        try:
-            self._jobs.put_nowait(job)
-            return
-        except queue.Full:
-            pass
-        # Jobs whose clients went away wait for nothing: they give up their
-        # places instead of turning the next request away.
-        self._drop_cancelled()
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise Busy(
-                f"too many requests waiting for the model ({self._jobs.maxsize} queued)",
-                retry_after=2,
-            ) from None
+        with self._cond:
+            if len(self._waiting) >= self.queue_size:
+                # Jobs whose clients went away wait for nothing: they give
+                # up their places instead of turning the next request away.
+                self._drop_cancelled()
+            if len(self._waiting) >= self.queue_size:
+                raise Busy(
+                    f"too many requests waiting for the model ({self.queue_size} queued)",
+                    retry_after=2,
+                )
+            self._waiting.append(job)
+            self._cond.notify()
 
     def _drop_cancelled(self) -> None:
-        jobs = self._jobs
-        with jobs.mutex:
-            dropped = [j for j in jobs.queue if j is not None and j.cancelled.is_set()]
-            if not dropped:
-                return
-            kept = [j for j in jobs.queue if j is None or not j.cancelled.is_set()]
-            jobs.queue.clear()
-            jobs.queue.extend(kept)
-            jobs.not_full.notify(len(dropped))
+        dropped = [j for j in self._waiting if j.cancelled.is_set()]
         for job in dropped:
-            job.emit(None)  # as the loop does for a job cancelled while waiting
+            self._waiting.remove(job)
+            job.emit(None)
+
+    def sequences(self) -> list[dict[str, Any]]:
+        """What each KV sequence holds (for `engy ps`); a snapshot."""
+        return self.scheduler.describe()
 
     def close(self) -> None:
-        self._jobs.put(None)
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
         self._thread.join(timeout=30)
 
     def _loop(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            if job.cancelled.is_set():
+        scheduler = self.scheduler
+        try:
+            while True:
+                with self._cond:
+                    while (
+                        not self._closed
+                        and not scheduler.running
+                        and (not self._waiting or scheduler.free() == 0)
+                    ):
+                        self._busy = False
+                        self._cond.wait()
+                    if self._closed:
+                        break
+                    self._busy = True
+                    admitted: list[Job] = []
+                    while self._waiting and scheduler.free() > len(admitted):
+                        admitted.append(self._waiting.popleft())
+                for job in admitted:
+                    scheduler.admit(job)
+                try:
+                    scheduler.step()
+                except EngyError as exc:
+                    scheduler.fail_all(exc)
+                except Exception as exc:  # never let one step kill the model's thread
+                    log.exception("generation failed")
+                    scheduler.fail_all(ServerError(f"generation failed: {exc}"))
+        finally:
+            with self._cond:
+                left = list(self._waiting)
+                self._waiting.clear()
+            for job in left:
+                job.emit(ServerError("the model was unloaded"))
                 job.emit(None)
-                continue
-            self._running = True
-            try:
-                self._run(job)
-            except EngyError as exc:
-                job.emit(exc)
-            except Exception as exc:  # never let one request kill the worker
-                log.exception("generation failed")
-                job.emit(ServerError(f"generation failed: {exc}"))
-            finally:
-                self._running = False
-                job.emit(None)
-
-    def _run(self, job: Job) -> None:
-        prompt_tokens = len(job.tokens)
-        cached = reasoning = produced = 0
-        called = False
-        for step in decode.run(self.model, job.tokens, job.params):
-            if job.cancelled.is_set():
-                return
-            if isinstance(step, decode.Prefilled):
-                cached = step.cached
-                job.emit(Started(prompt_tokens, cached))
-            elif isinstance(step, decode.Progress):
-                job.emit(PromptProgress(step.done, step.total))
-            elif isinstance(step, decode.Piece):
-                produced += step.sampled
-                events = job.parser.feed(step.text)
-                if any(isinstance(e, ThinkingDelta) for e in events):
-                    reasoning += 1
-                for event in events:
-                    job.emit(event)
-                called = called or any(isinstance(e, ToolCallEnd) for e in events)
-                if called and job.single_call:
-                    # One call was asked for: stop here, as at an end token.
-                    step = decode.Done("end", 0)
-                    break
-            else:
-                break
-        else:  # pragma: no cover - decode.run always ends with Done
-            return
-        assert isinstance(step, decode.Done)
-        for event in job.parser.finish():
-            job.emit(event)
-            called = called or isinstance(event, ToolCallEnd)
-        reason = _REASONS[step.reason]
-        if called and reason == "end_turn":
-            reason = "tool_use"
-        job.emit(Finished(reason, Usage(prompt_tokens, cached, produced, reasoning)))
+            scheduler.fail_all(ServerError("the model was unloaded"))
+            scheduler.close()

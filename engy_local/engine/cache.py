@@ -1,0 +1,71 @@
+"""The host-RAM prompt cache: saved sequence states, described by the tokens
+they hold, bounded in bytes, least recently used out first.
+
+It answers one question: which saved state shares the longest prefix with
+these tokens. Pure Python; the scheduler saves and restores the bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from .slots import common_prefix
+
+_clock = itertools.count()
+
+
+@dataclass
+class Entry:
+    tokens: list[int]
+    state: bytes
+    pos_min: int  # the lowest position the state still holds (sliding windows)
+    used: int = field(default_factory=lambda: next(_clock))
+
+    @property
+    def size(self) -> int:
+        return len(self.state) + 4 * len(self.tokens)
+
+
+class PromptCache:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.entries: list[Entry] = []
+
+    @property
+    def used(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def best(self, tokens: list[int]) -> tuple[Entry | None, int]:
+        """The entry sharing the longest prefix with `tokens`, and its length."""
+        found, length = None, 0
+        for entry in self.entries:
+            n = common_prefix(entry.tokens, tokens)
+            if n > length:
+                found, length = entry, n
+        return found, length
+
+    def covers(self, tokens: list[int]) -> bool:
+        """An entry already holds all of `tokens`."""
+        return any(
+            len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens for e in self.entries
+        )
+
+    def put(self, tokens: list[int], state: bytes, pos_min: int) -> bool:
+        """Keeps a state; entries it extends are dropped. False when it
+        cannot fit the budget at all."""
+        entry = Entry(list(tokens), state, pos_min)
+        if entry.size > self.budget:
+            return False
+        self.entries = [
+            e
+            for e in self.entries
+            if not (len(e.tokens) <= len(tokens) and tokens[: len(e.tokens)] == e.tokens)
+        ]
+        self.entries.append(entry)
+        while self.used > self.budget:
+            self.entries.remove(min(self.entries, key=lambda e: e.used))
+        return True
+
+    def touch(self, entry: Entry) -> None:
+        entry.used = next(_clock)

@@ -1,0 +1,302 @@
+"""Continuous batching over the KV sequences of one model.
+
+Each step builds one batch: the last sampled token of every generating
+request, then chunks of the prompts still being read, up to BATCH tokens;
+one llama_decode runs it, and every request that has logits samples from
+its own chain. A request that ends (or is cancelled) gives its sequence
+back at once; the others go on undisturbed.
+
+Which sequence a request takes, and where its cached prefix comes from
+(its own sequence, another one, or the RAM cache), is decided by slots.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat import Finished, PromptProgress, Started, StopReason, ThinkingDelta, ToolCallEnd, Usage
+from ..errors import EngyError, ServerError
+from .cache import PromptCache
+from .context import BATCH, Context
+from .decode import Output, Reason
+from .model import Model
+from .sampling import Sampler
+from .slots import Option, Slot, choose
+from .worker import Job
+
+log = logging.getLogger("engy.requests")
+
+_REASONS: dict[Reason, StopReason] = {
+    "end": "end_turn",
+    "length": "max_tokens",
+    "stop": "stop_sequence",
+}
+
+# A sequence holding at least this many tokens that a request would drop is
+# saved to the RAM cache first (below it, evaluating again is cheaper).
+MIN_SAVE = 256
+
+
+@dataclass
+class Running:
+    job: Job
+    slot: Slot
+    sampler: Sampler
+    output: Output
+    cached: int
+    media: dict[int, Any]  # start index -> vision.Media
+    next_token: int | None = None  # sampled, to be decoded next step
+    reasoning: int = 0
+    called: bool = False
+    t_start: float = field(default_factory=time.monotonic)
+    t_prefilled: float = 0.0
+    t_first: float = 0.0
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.job.tokens
+
+
+class Scheduler:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.ctx = Context(model)
+        self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
+        self.cache = PromptCache(model.cache_ram)
+        self.running: list[Running] = []
+        self._clock = itertools.count(1)
+
+    def free(self) -> int:
+        return sum(not s.busy for s in self.slots)
+
+    # -- admission ------------------------------------------------------
+
+    def admit(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            job.emit(None)
+            return
+        try:
+            sampler = Sampler(self.model, job.params)
+        except EngyError as exc:
+            job.emit(exc)
+            job.emit(None)
+            return
+        prompt = job.tokens
+        media = {m.start: m for m in job.media}
+        usable = self._usable(prompt, job.media)
+        _, cached = self.cache.best(prompt)
+        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable)
+        assert plan is not None, "admitted without a free sequence"
+        slot = self.slots[plan.slot]
+        if plan.save and not self.cache.covers(slot.held):
+            self._save(slot)
+        reuse = self._reuse(slot, plan.options, prompt)
+        slot.busy = True
+        slot.used = next(self._clock)
+        running = Running(job, slot, sampler, Output(self.model, job.params), reuse, media)
+        self.running.append(running)
+        job.emit(Started(len(prompt), reuse))
+
+    @staticmethod
+    def _usable(prompt: list[int], media: tuple[Any, ...]) -> Callable[[int], int]:
+        def usable(n: int) -> int:
+            n = min(n, len(prompt) - 1)  # one token is always evaluated, for logits
+            for m in media:
+                if m.start < n < m.start + m.n_tokens:
+                    return int(m.start)  # an image is evaluated whole or not at all
+            return max(n, 0)
+
+        return usable
+
+    def _reuse(self, slot: Slot, options: tuple[Option, ...], prompt: list[int]) -> int:
+        """Carries out the first option that works; returns the prompt
+        tokens now in `slot`."""
+        ctx = self.ctx
+        for option in options:
+            n = option.reuse
+            if option.source == "self":
+                if ctx.cut(slot.id, n):
+                    del slot.held[n:]
+                    return n
+            elif option.source == "copy":
+                assert option.src is not None
+                donor = self.slots[option.src]
+                if ctx.copy(donor.id, slot.id, n):
+                    slot.held = donor.held[:n]
+                    return n
+            else:
+                entry, _ = self.cache.best(prompt)
+                n_swa = self.model.n_swa
+                if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa)):
+                    continue
+                if ctx.restore(slot.id, entry.state):
+                    self.cache.touch(entry)
+                    slot.held = list(entry.tokens)
+                    if ctx.cut(slot.id, n):
+                        del slot.held[n:]
+                        return n
+        ctx.clear(slot.id)
+        slot.held = []
+        return 0
+
+    def _save(self, slot: Slot) -> None:
+        if len(slot.held) < MIN_SAVE or self.cache.budget <= 0:
+            return
+        state = self.ctx.save(slot.id)
+        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id)):
+            log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, len(slot.held), len(state))
+
+    # -- one step -------------------------------------------------------
+
+    def step(self) -> None:
+        for r in [r for r in self.running if r.job.cancelled.is_set()]:
+            self._release(r)
+        if not self.running:
+            return
+        batch = self.ctx.batch
+        batch.clear()
+        outputs: list[tuple[Running, int]] = []
+        fed: list[tuple[Running, list[int]]] = []
+        for r in self.running:
+            if r.next_token is not None:
+                i = batch.add(r.next_token, len(r.slot.held), r.slot.id, True)
+                outputs.append((r, i))
+                fed.append((r, [r.next_token]))
+        budget = BATCH - batch.n
+        for r in self.running:
+            if r.next_token is not None or budget <= 0:
+                continue
+            taken = self._feed_prompt(r, budget, outputs)
+            if taken:
+                fed.append((r, taken))
+                budget -= len(taken)
+        try:
+            self.ctx.decode()
+        except EngyError as exc:
+            for r, _ in fed:
+                self._fail(r, exc, forget=True)
+            return
+        for r, tokens in fed:
+            r.slot.held.extend(tokens)
+            r.next_token = None
+            if len(r.slot.held) < len(r.prompt):
+                r.job.emit(PromptProgress(len(r.slot.held), len(r.prompt)))
+        now = time.monotonic()
+        for r, i in outputs:
+            if not r.t_prefilled:
+                r.t_prefilled = now
+            try:
+                self._advance(r, r.sampler.sample(self.ctx.ctx, i))
+            except EngyError as exc:
+                self._fail(r, exc)
+            except Exception as exc:  # one request's failure is not the others'
+                log.exception("generation failed")
+                self._fail(r, ServerError(f"generation failed: {exc}"))
+
+    def _feed_prompt(
+        self, r: Running, budget: int, outputs: list[tuple[Running, int]]
+    ) -> list[int]:
+        """Adds the next chunk of r's prompt to the batch; images on the way
+        are evaluated first, on their own."""
+        prompt, slot = r.prompt, r.slot
+        done = len(slot.held)
+        while done in r.media:
+            m = r.media[done]
+            m.eval(self.ctx.ctx, slot.id, done, BATCH)
+            slot.held.extend(prompt[done : done + m.n_tokens])
+            done = len(slot.held)
+        end = min((s for s in r.media if s > done), default=len(prompt))
+        take = prompt[done : min(end, done + budget)]
+        batch = self.ctx.batch
+        for k, token in enumerate(take):
+            last = done + k == len(prompt) - 1
+            i = batch.add(token, done + k, slot.id, last)
+            if last:
+                outputs.append((r, i))
+        return take
+
+    def _advance(self, r: Running, token: int) -> None:
+        if not r.t_first:
+            r.t_first = time.monotonic()
+        text, reason = r.output.push(token)
+        if reason is None and len(r.slot.held) + 1 >= self.model.n_ctx:
+            text, reason = text + r.output.flush(), "length"  # the window is full
+        events = r.job.parser.feed(text)
+        if any(isinstance(e, ThinkingDelta) for e in events):
+            r.reasoning += 1
+        for event in events:
+            r.job.emit(event)
+        r.called = r.called or any(isinstance(e, ToolCallEnd) for e in events)
+        if r.called and r.job.single_call and reason is None:
+            reason = "end"  # one call was asked for: stop here, as at an end token
+        if reason is None:
+            r.next_token = token
+        else:
+            self._finish(r, reason)
+
+    def _finish(self, r: Running, reason: Reason) -> None:
+        for event in r.job.parser.finish():
+            r.job.emit(event)
+            r.called = r.called or isinstance(event, ToolCallEnd)
+        stop = _REASONS[reason]
+        if r.called and stop == "end_turn":
+            stop = "tool_use"
+        produced = r.output.produced
+        r.job.emit(Finished(stop, Usage(len(r.prompt), r.cached, produced, r.reasoning)))
+        self._log(r, stop)
+        self._release(r)
+
+    def _log(self, r: Running, stop: str) -> None:
+        end = time.monotonic()
+        prefill = len(r.prompt) - r.cached
+        prefill_s = max(1e-6, (r.t_prefilled or end) - r.t_start)
+        decode_s = max(1e-6, end - (r.t_first or end))
+        log.info(
+            "%s seq=%d prompt=%d cached=%d prefill=%.1f tok/s decode=%.1f tok/s "
+            "ttft=%.2fs tokens=%d stop=%s",
+            self.model.path.name,
+            r.slot.id,
+            len(r.prompt),
+            r.cached,
+            prefill / prefill_s,
+            max(0, r.output.produced - 1) / decode_s,
+            (r.t_first or end) - r.t_start,
+            r.output.produced,
+            stop,
+        )
+
+    def _fail(self, r: Running, err: EngyError, forget: bool = False) -> None:
+        r.job.emit(err)
+        if forget:  # what the sequence holds is unknown now
+            self.ctx.clear(r.slot.id)
+            r.slot.held = []
+        self._release(r)
+
+    def _release(self, r: Running) -> None:
+        if r not in self.running:
+            return
+        self.running.remove(r)
+        r.slot.busy = False
+        r.slot.used = next(self._clock)
+        r.sampler.close()
+        r.job.emit(None)
+
+    def fail_all(self, err: EngyError) -> None:
+        for r in list(self.running):
+            self._fail(r, err, forget=True)
+
+    # -- introspection --------------------------------------------------
+
+    def describe(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [
+            {"index": s.id, "tokens": len(s.held), "busy": s.busy} for s in self.slots
+        ]
+        return out
+
+    def close(self) -> None:
+        self.ctx.close()

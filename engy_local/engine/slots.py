@@ -1,0 +1,94 @@
+"""Which KV sequence a request runs in, and where its cached prefix comes
+from. Pure: the scheduler carries the plan out on the context.
+
+The rules, in the words a user would use:
+- A conversation's next turn goes back to the sequence that holds it.
+- A request that shares only a prefix with a conversation (a subagent with
+  the same system prompt) does not overwrite it: it takes a free sequence
+  and the shared prefix is copied in (cells are shared, nothing is
+  evaluated again).
+- A sequence whose contents are worth keeping (`min_save` tokens or more
+  that the request would drop) is saved to the RAM cache before it is
+  overwritten; empty and near-empty sequences are taken first, then the
+  least recently used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass
+class Slot:
+    id: int
+    held: list[int] = field(default_factory=list)  # tokens in the KV, in order
+    busy: bool = False
+    used: int = 0  # when it last ran a job (a counter; higher is more recent)
+
+
+Source = Literal["self", "copy", "cache"]
+
+
+@dataclass(frozen=True)
+class Option:
+    source: Source
+    reuse: int  # prompt tokens it provides
+    src: int | None = None  # the sequence to copy from
+
+
+@dataclass(frozen=True)
+class Plan:
+    slot: int
+    save: bool  # save the slot's contents to the RAM cache first
+    options: tuple[Option, ...]  # best first; the scheduler takes the first that works
+
+
+def choose(
+    prompt: list[int],
+    slots: list[Slot],
+    cached: int,
+    min_save: int,
+    usable: Callable[[int], int] = lambda n: n,
+) -> Plan | None:
+    """A plan for `prompt`, or None when every sequence is busy. `cached` is
+    the longest prefix the RAM cache holds; `usable(n)` cuts a prefix length
+    back to one evaluation can resume from (at least one token must be left
+    to evaluate, and no image may be split)."""
+    free = [s for s in slots if not s.busy]
+    if not free:
+        return None
+    own = {s.id: usable(common_prefix(s.held, prompt)) for s in slots}
+
+    def worth_saving(s: Slot) -> bool:
+        return len(s.held) - own[s.id] >= min_save
+
+    def rank(s: Slot) -> tuple[bool, int, int]:
+        big = worth_saving(s)
+        return (big, 0 if big else -own[s.id], s.used)
+
+    target = min(free, key=rank)
+    options = [Option("self", own[target.id])]
+    donor = max((s for s in slots if s is not target), key=lambda s: own[s.id], default=None)
+    if donor is not None and own[donor.id] > own[target.id]:
+        options.append(Option("copy", own[donor.id], donor.id))
+    cached = usable(cached)
+    if cached > own[target.id]:
+        options.append(Option("cache", cached))
+    options.sort(key=lambda o: -o.reuse)
+    return Plan(target.id, worth_saving(target), tuple(o for o in options if o.reuse > 0))
