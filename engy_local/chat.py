@@ -21,10 +21,12 @@ class Text:
 
 @dataclass(frozen=True)
 class Image:
-    """An inline image; `data` is the base64 text as sent."""
+    """An inline image; `data` is the base64 text as sent. `where` names the
+    block it came from (`messages[0].content[1]`), for error messages only."""
 
     media_type: str
     data: str
+    where: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,14 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolResult:
+    """`content` is the result's text; when it holds images too, `parts` is
+    the whole content in order (its texts joined are `content`)."""
+
     call_id: str
     content: str
     is_error: bool = False
     name: str | None = None
+    parts: tuple[Text | Image, ...] = ()
 
 
 Part = Text | Image | Thinking | ToolCall | ToolResult

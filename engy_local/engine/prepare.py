@@ -10,14 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..chat import ChatRequest, Image, Message, ToolSpec
+from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong
 from .decode import SamplingParams
 from .families import Family
 from .grammar import forced_call_grammar
-from .prompt import to_template_messages, to_template_tools
+from .images import PlacedImages, image_placeholder, images_of, place_images
+from .prompt import ImageSlots, to_template_messages, to_template_tools
 from .template import ChatTemplate
 from .toolparse import ToolParser
+from .vision import Media, Projector, UndecodableImage
 
 # Defaults for what a request leaves out (llama.cpp's own defaults).
 DEFAULT_TEMPERATURE = 0.8
@@ -37,6 +39,8 @@ class PromptModel(Protocol):
     def template(self) -> ChatTemplate: ...
     @property
     def family(self) -> Family: ...
+    @property
+    def projector(self) -> Projector | None: ...
 
     def tokenize(self, text: str) -> list[int]: ...
 
@@ -47,19 +51,20 @@ class Prepared:
     params: SamplingParams
     new_parser: Callable[[], ToolParser]
     single_call: bool
+    # The prompt's images, each standing at `start` in `tokens` as a run of
+    # placeholder ids; prefill evaluates each with `media.eval` there.
+    media: tuple[Media, ...] = ()
 
 
 def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-def render(model: PromptModel, request: ChatRequest) -> tuple[str, bool]:
-    """The prompt text, and whether tool calls are forced by grammar."""
-    for message in request.messages:
-        if any(isinstance(p, Image) for p in message.parts):
-            raise InvalidRequest(
-                f"model {model.path.name} does not support images", param="messages"
-            )
+def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool]:
+    """The prompt text with its images, and whether tool calls are forced by
+    grammar."""
+    if model.projector is None and images_of(request.messages):
+        raise InvalidRequest(f"model {model.path.name} does not support images", param="messages")
     choice = request.tool_choice
     tools = () if choice.mode == "none" else request.tools
     if choice.mode == "tool" and not any(t.name == choice.name for t in tools):
@@ -78,23 +83,43 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[str, bool]:
     if model.family.tools_as_text is not None:
         # The template cannot take tools: they, calls and results become text.
         conversation, template_tools = model.family.tools_as_text(conversation, tools), []
-    messages = to_template_messages(conversation, quirks=model.template.quirks)
-    text = model.template.render(
-        messages,
-        tools=template_tools or None,
-        add_generation_prompt=True,
-        **extra,
-    )
-    return text, forced
+
+    def render_with(images: ImageSlots | None) -> str:
+        quirks = model.template.quirks
+        messages = to_template_messages(conversation, quirks=quirks, images=images)
+        return model.template.render(
+            messages,
+            tools=template_tools or None,
+            add_generation_prompt=True,
+            **extra,
+        )
+
+    if model.projector is None:
+        return PlacedImages(render_with(None), [], []), forced
+    placeholder = image_placeholder(model.template)
+    return place_images(conversation, render_with, placeholder, model.projector.marker), forced
+
+
+def tokenize(model: PromptModel, prompt: PlacedImages) -> tuple[list[int], tuple[Media, ...]]:
+    """The prompt's tokens, images as placeholder runs (see vision.py)."""
+    if not prompt.images or model.projector is None:
+        return model.tokenize(prompt.text), ()
+    try:
+        tokenized = model.projector.tokenize(prompt.text, prompt.images)
+    except UndecodableImage as exc:
+        where = prompt.sources[exc.index].where or f"image {exc.index + 1}"
+        raise InvalidRequest(f"{where}: the image could not be decoded", where) from None
+    return tokenized.tokens, tokenized.media
 
 
 def count_tokens(model: PromptModel, request: ChatRequest) -> int:
-    return len(model.tokenize(render(model, request)[0]))
+    return len(tokenize(model, render(model, request)[0])[0])
 
 
 def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepared:
-    text, forced = render(model, request)
-    tokens = model.tokenize(text)
+    prompt, forced = render(model, request)
+    tokens, media = tokenize(model, prompt)
+    text = prompt.text
     n, window = len(tokens), model.n_ctx
     if n >= window:
         raise PromptTooLong(n, window)
@@ -139,4 +164,5 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         params=params,
         new_parser=lambda: parser_class(tools=names, thinking=in_thinking, new_id=new_call_id),
         single_call=forced or not choice.parallel,
+        media=media,
     )

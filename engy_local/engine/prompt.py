@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engy_local.chat import Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
+from engy_local.chat import Image, Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
 
 PARAGRAPH = "\n\n"
 
@@ -78,6 +78,19 @@ class Quirks:
 NO_QUIRKS = Quirks()
 
 
+@dataclass(frozen=True)
+class ImageSlots:
+    """Where images go (by default they are dropped). Images are numbered
+    0, 1, ... in conversation order; image k becomes the text `text(k)` where
+    it stands in a user turn or a tool result, joined like a text block.
+    With `parts`, a user turn with images gets list content instead, text
+    and `{"type": "image", "index": k}` parts in order, so that the template
+    writes its own image placeholder where it puts images."""
+
+    text: Callable[[int], str]
+    parts: bool = False
+
+
 def to_template_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {
@@ -93,10 +106,12 @@ def to_template_messages(
     *,
     call_ids: Callable[[str], str] | None = None,
     quirks: Quirks = NO_QUIRKS,
+    images: ImageSlots | None = None,
 ) -> list[dict[str, Any]]:
     """Convert and fold a conversation. `call_ids` rewrites tool-call ids
     (on the call and on its result alike) for templates that demand a shape."""
     rename = call_ids or (mistral_call_id if quirks.short_call_ids else _same)
+    place = _Placer(images)
     names = {p.id: p.name for m in messages for p in m.parts if isinstance(p, ToolCall)}
 
     lead = 0
@@ -112,16 +127,16 @@ def to_template_messages(
             if _text(message):
                 later_system.append({"role": "user", "content": _text(message)})
         elif message.role == "tool":
-            out.extend(_tool_results(message, names, rename))
+            out.extend(_tool_results(message, names, rename, place))
         else:
             out.extend(later_system)
             later_system = []
             if message.role == "user":
-                out.append({"role": "user", "content": _text(message)})
+                out.append({"role": "user", "content": place.user(message)})
             else:
                 out.extend(_assistant(message, rename, quirks))
     out.extend(later_system)
-    return _reshape(out, quirks)
+    return _reshape(out, quirks, place)
 
 
 def needs_short_call_ids(template_source: str) -> bool:
@@ -142,7 +157,9 @@ def mistral_call_id(call_id: str) -> str:
     return "".join(chars)
 
 
-def _reshape(out: list[dict[str, Any]], quirks: Quirks) -> list[dict[str, Any]]:
+def _reshape(
+    out: list[dict[str, Any]], quirks: Quirks, place: _Placer | None = None
+) -> list[dict[str, Any]]:
     """Apply the quirks' changes, then merge what must not stand apart."""
     out = [_reasoning(m, quirks) if m["role"] == "assistant" else m for m in out]
     if quirks.one_call_per_turn:
@@ -157,7 +174,11 @@ def _reshape(out: list[dict[str, Any]], quirks: Quirks) -> list[dict[str, Any]]:
         if message["role"] == "user" and (
             before == "user" or (before == "tool" and quirks.no_user_after_tool)
         ):
-            merged[-1]["content"] = _join([merged[-1]["content"], message["content"]])
+            last = merged[-1]
+            content = message["content"]
+            if last["role"] == "tool" and place is not None:
+                content = place.flat(content)  # a tool result's content stays text
+            last["content"] = _merge(last["content"], content)
         else:
             merged.append(message)
     return merged
@@ -216,8 +237,8 @@ def _join(texts: Iterable[str]) -> str:
 
 
 def _text(message: Message) -> str:
-    # Only text parts: images are dropped on purpose (the engine refuses them
-    # earlier for text-only models); tool results arrive as `tool` messages.
+    # Only text parts: images are placed by `_Placer` when the caller asks
+    # (`images=`), else dropped; tool results arrive as `tool` messages.
     return _join(p.text for p in message.parts if isinstance(p, Text))
 
 
@@ -266,7 +287,10 @@ def _arguments(text: str) -> dict[str, Any] | str:
 
 
 def _tool_results(
-    message: Message, names: dict[str, str], rename: Callable[[str], str]
+    message: Message,
+    names: dict[str, str],
+    rename: Callable[[str], str],
+    place: _Placer | None = None,
 ) -> list[dict[str, Any]]:
     # `is_error` is ignored on purpose: no template has a place for it, and
     # the content already says what failed.
@@ -275,16 +299,85 @@ def _tool_results(
             "role": "tool",
             "tool_call_id": rename(p.call_id),
             "name": p.name if p.name is not None else names.get(p.call_id, ""),
-            "content": p.content,
+            "content": place.result(p) if place is not None else p.content,
         }
         for p in message.parts
         if isinstance(p, ToolResult)
     ]
 
 
+# ---- images ------------------------------------------------------------------
+
+
+class _Placer:
+    """Numbers images in conversation order and writes each where it stands."""
+
+    def __init__(self, slots: ImageSlots | None) -> None:
+        self.slots = slots
+        self.count = 0
+
+    def _next(self) -> int:
+        self.count += 1
+        return self.count - 1
+
+    def user(self, message: Message) -> str | list[dict[str, Any]]:
+        slots = self.slots
+        if slots is None or not any(isinstance(p, Image) for p in message.parts):
+            return _text(message)
+        if not slots.parts:
+            return _join(
+                p.text if isinstance(p, Text) else slots.text(self._next())
+                for p in message.parts
+                if isinstance(p, (Text, Image))
+            )
+        content: list[dict[str, Any]] = []
+        texts: list[str] = []
+        for p in message.parts:
+            if isinstance(p, Text):
+                texts.append(p.text)
+            elif isinstance(p, Image):
+                if _join(texts):
+                    content.append({"type": "text", "text": _join(texts)})
+                texts = []
+                content.append({"type": "image", "index": self._next()})
+        if _join(texts):
+            content.append({"type": "text", "text": _join(texts)})
+        return content
+
+    def result(self, result: ToolResult) -> str:
+        slots = self.slots
+        if slots is None or not any(isinstance(p, Image) for p in result.parts):
+            return result.content
+        # Blocks of a tool result are joined by a newline (as its text is).
+        return "\n".join(
+            p.text if isinstance(p, Text) else slots.text(self._next()) for p in result.parts
+        )
+
+    def flat(self, content: str | list[dict[str, Any]]) -> str:
+        """List content as text, an image part as its image's text."""
+        if isinstance(content, str) or self.slots is None:
+            return content if isinstance(content, str) else ""
+        text = self.slots.text
+        return _join(c["text"] if c["type"] == "text" else text(c["index"]) for c in content)
+
+
+def _merge(a: str | list[dict[str, Any]], b: str | list[dict[str, Any]]) -> Any:
+    """Two contents as one: text joined with a blank line, else as parts."""
+    if isinstance(a, str) and isinstance(b, str):
+        return _join([a, b])
+
+    def parts(c: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if isinstance(c, list):
+            return c
+        return [{"type": "text", "text": c}] if c else []
+
+    return parts(a) + parts(b)
+
+
 __all__ = [
     "NO_QUIRKS",
     "PARAGRAPH",
+    "ImageSlots",
     "Quirks",
     "mistral_call_id",
     "needs_short_call_ids",

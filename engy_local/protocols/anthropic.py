@@ -29,6 +29,7 @@ from ..chat import (
 )
 from ..errors import EngyError, InvalidRequest
 from . import fields as f
+from .images import ImageLimits, check_count, parse_image
 
 # Accepted and deliberately without effect locally: cache_control (the KV
 # cache is reused automatically), metadata, context_management,
@@ -48,8 +49,12 @@ class Parsed:
     stream: bool
 
 
-def parse_request(body: Any, *, counting: bool = False) -> Parsed:
-    """`counting`: the body of count_tokens (no max_tokens, no stream)."""
+def parse_request(
+    body: Any, *, counting: bool = False, images: ImageLimits | None = None
+) -> Parsed:
+    """`counting`: the body of count_tokens (no max_tokens, no stream).
+    `images`: the server's image limits (413 over them)."""
+    limits = images or ImageLimits()
     d = f.obj(body, "body")
     model = f.string(d, "model", "model")
     messages: list[Message] = []
@@ -59,7 +64,8 @@ def parse_request(body: Any, *, counting: bool = False) -> Parsed:
         if text:
             messages.append(Message("system", (Text(text),)))
     for i, raw in enumerate(f.array(d, "messages", "messages")):
-        messages.extend(_message(raw, f"messages[{i}]"))
+        messages.extend(_message(raw, f"messages[{i}]", limits))
+    check_count(messages, limits)
 
     tools = tuple(
         t
@@ -104,7 +110,7 @@ def _system_text(value: Any, path: str) -> str:
     return "\n\n".join(texts)
 
 
-def _message(raw: Any, path: str) -> list[Message]:
+def _message(raw: Any, path: str, limits: ImageLimits) -> list[Message]:
     m = f.obj(raw, path)
     role = f.string(m, "role", f"{path}.role")
     if role not in ("user", "assistant", "system"):
@@ -122,7 +128,7 @@ def _message(raw: Any, path: str) -> list[Message]:
     parts = [
         p
         for j, block in enumerate(content)
-        if (p := _block(block, role, f"{path}.content[{j}]")) is not None
+        if (p := _block(block, role, f"{path}.content[{j}]", limits)) is not None
     ]
     if role == "assistant":
         return [Message("assistant", tuple(parts))]
@@ -138,23 +144,13 @@ def _message(raw: Any, path: str) -> list[Message]:
     return out
 
 
-def _block(raw: Any, role: str, path: str) -> Part | None:
+def _block(raw: Any, role: str, path: str, limits: ImageLimits) -> Part | None:
     b = f.obj(raw, path)
     kind = f.string(b, "type", f"{path}.type")
     if kind == "text":
         return Text(f.string(b, "text", f"{path}.text"))
     if kind == "image" and role == "user":
-        source = f.obj(f.required(b, "source", f"{path}.source"), f"{path}.source")
-        stype = f.string(source, "type", f"{path}.source.type")
-        if stype != "base64":
-            raise InvalidRequest(
-                f"{path}.source: only base64 images are supported, not {stype!r}",
-                f"{path}.source.type",
-            )
-        return Image(
-            f.string(source, "media_type", f"{path}.source.media_type"),
-            f.string(source, "data", f"{path}.source.data"),
-        )
+        return parse_image(b, path, limits)
     if kind == "tool_use" and role == "assistant":
         tool_input = b.get("input", {})
         if not isinstance(tool_input, dict):
@@ -165,29 +161,34 @@ def _block(raw: Any, role: str, path: str) -> Part | None:
             json.dumps(tool_input, ensure_ascii=False),
         )
     if kind == "tool_result" and role == "user":
+        parts = _result_parts(b.get("content"), f"{path}.content", limits)
         return ToolResult(
             f.string(b, "tool_use_id", f"{path}.tool_use_id"),
-            _result_text(b.get("content"), f"{path}.content"),
+            "\n".join(p.text for p in parts if isinstance(p, Text)),
             is_error=f.boolean(b, "is_error", f"{path}.is_error", False),
+            parts=parts if any(isinstance(p, Image) for p in parts) else (),
         )
     if kind == "thinking" and role == "assistant":
         return Thinking(f.string(b, "thinking", f"{path}.thinking", ""))
     return None  # documents, redacted thinking, server tool blocks: ignored
 
 
-def _result_text(value: Any, path: str) -> str:
+def _result_parts(value: Any, path: str, limits: ImageLimits) -> tuple[Text | Image, ...]:
+    """A tool result's text and image blocks, in order (documents ignored)."""
     if value is None:
-        return ""
+        return ()
     if isinstance(value, str):
-        return value
+        return (Text(value),)
     if not isinstance(value, list):
         raise f.fail(path, "a string or an array of blocks", value)
-    texts = []
+    parts: list[Text | Image] = []
     for i, block in enumerate(value):
         b = f.obj(block, f"{path}[{i}]")
         if b.get("type") == "text":
-            texts.append(f.string(b, "text", f"{path}[{i}].text"))
-    return "\n".join(texts)
+            parts.append(Text(f.string(b, "text", f"{path}[{i}].text")))
+        elif b.get("type") == "image":
+            parts.append(parse_image(b, f"{path}[{i}]", limits))
+    return tuple(parts)
 
 
 def _tool(raw: Any, path: str) -> ToolSpec | None:
