@@ -19,6 +19,8 @@ from typing import Any
 
 from platformdirs import user_data_dir
 
+from .safety import UnsafeName, repo_path
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -150,11 +152,18 @@ def _sha(value: Any, where: str) -> str | None:
     return value
 
 
+def _path(value: str, where: str) -> str:
+    try:
+        return repo_path(value)
+    except UnsafeName as exc:
+        raise CatalogError(f"models.toml: {where}: {exc}") from None
+
+
 def _quant(model_id: str, name: str, raw: Any) -> Quant:
     where = f"{model_id} {name}"
     if not isinstance(raw, dict) or not isinstance(raw.get("file"), str):
         raise CatalogError(f"models.toml: {where}: expected {{ file = ..., size = ... }}")
-    parts = split_parts(raw["file"])
+    parts = split_parts(_path(raw["file"], where))
     hashes = raw.get("sha256")
     if isinstance(hashes, list):
         if len(hashes) != len(parts):
@@ -183,7 +192,10 @@ def _entry(model_id: str, raw: dict[str, Any]) -> Entry:
     if mmproj is not None:
         if not isinstance(mmproj, dict) or not isinstance(mmproj.get("file"), str):
             raise CatalogError(f"models.toml: {model_id}: mmproj needs a file")
-        mmproj = RemoteFile(mmproj["file"], _sha(mmproj.get("sha256"), f"{model_id} mmproj"))
+        mmproj = RemoteFile(
+            _path(mmproj["file"], f"{model_id} mmproj"),
+            _sha(mmproj.get("sha256"), f"{model_id} mmproj"),
+        )
     return Entry(
         id=model_id,
         name=raw.get("name", model_id),

@@ -139,9 +139,12 @@ def fetch(
     client: httpx.Client, job: Download, progress: Progress | None = None, _retry: bool = True
 ) -> Fetched:
     """Bring `job.url` to `job.dest` (see the module's docstring)."""
+    part = job.dest.with_name(job.dest.name + ".part")
+    for path in (job.dest, part, job.dest.parent):
+        if path.is_symlink():  # planted: writing through it would land elsewhere
+            raise PullError(f"{path} is a symbolic link; refusing to write through it")
     if job.dest.is_file():
         return Fetched(job.dest, job.dest.stat().st_size, None, 0)
-    part = job.dest.with_name(job.dest.name + ".part")
     have = part.stat().st_size if part.is_file() else 0
     # identity: Range counts the bytes of the file itself, not of a compressed stream
     headers = {**dict(job.headers), "Accept-Encoding": "identity"}

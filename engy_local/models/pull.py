@@ -33,6 +33,7 @@ from .catalog import Catalog, CatalogError, Entry, load_catalog, models_dir, qua
 from .catalog import split_stem as stem_of
 from .download import Download, PullError, fetch
 from .ggufmeta import NotGGUF, read_metadata, trained_context
+from .safety import UnsafeName, file_name
 from .store import MANIFEST, Installed, locate, lock, model_dir, read_manifest, write_manifest
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -89,7 +90,12 @@ def _resolve_url(repo: str, path: str) -> str:
 
 
 def _name(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
+    """The store's name for a file at `path` in a repository or URL."""
+    name = path.rsplit("/", 1)[-1]
+    try:
+        return file_name(name)
+    except UnsafeName as exc:
+        raise PullError(f"{path}: {exc}; refusing to write it") from None
 
 
 def catalog_plan(entry: Entry, quant: str | None = None) -> Plan:

@@ -25,6 +25,13 @@ The manifest (JSON), one per model:
 `source` is catalog, hf, url, file (imported by reference) or pypi. A relative
 `path` lies in the model's directory; an absolute one is the user's own file
 (`owned` false), which `engy rm` forgets but never deletes.
+
+A manifest is not trusted to stay inside the store: one whose directory is a
+symbolic link, whose relative paths lead out of its directory (`..`, a
+symlink), or that claims to own an absolute path, is ignored with a warning.
+`engy rm` deletes only the files the store writes (the manifest's own files,
+their `.part`, the lock and temporary files), never follows a symlink, and
+removes the directory only when that leaves it empty.
 """
 
 from __future__ import annotations
@@ -32,9 +39,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import logging
 import os
 import re
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +50,9 @@ from typing import Any
 
 from . import hfcache
 from .catalog import Catalog, CatalogError, Entry, load_catalog, models_dir, quant_of, split_stem
+from .safety import within
+
+log = logging.getLogger("engy.store")
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -129,19 +139,41 @@ def write_manifest(directory: Path, record: dict[str, Any]) -> Path:
     return target
 
 
-def _file_path(directory: Path, entry: Any) -> Path:
-    path = Path(entry["path"])
-    return path if path.is_absolute() else directory / path
+class _Outside(ValueError):
+    """A manifest that points outside the store."""
+
+
+def _file_path(directory: Path, entry: Any, owned: bool) -> Path:
+    raw = entry["path"]
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
+        raise TypeError("path")
+    path = Path(raw)
+    if path.is_absolute() or path.drive:
+        if owned:  # the store only owns what it wrote in the model's directory
+            raise _Outside(raw)
+        return path
+    if not within(directory / path, directory):
+        raise _Outside(raw)
+    return directory / path
 
 
 def read_manifest(path: Path, check_files: bool = True) -> Installed | None:
-    """The model a manifest describes; None when it is unreadable or (with
-    `check_files`) its files are gone (an imported file the user moved, say)."""
+    """The model a manifest describes; None when it is unreadable, points
+    outside the store (with a warning) or (with `check_files`) its files are
+    gone (an imported file the user moved, say)."""
+    directory = path.parent
+    if directory.is_symlink() or not within(directory, models_dir()):
+        log.warning("ignoring %s: its directory lies outside the store", path)
+        return None
     try:
         data = json.loads(path.read_text("utf-8"))
-        directory = path.parent
-        files = tuple(_file_path(directory, f) for f in data["files"])
-        mmproj = _file_path(directory, data["mmproj"]) if data.get("mmproj") else None
+        owned = data.get("owned", True)
+        if not isinstance(owned, bool):
+            raise TypeError("owned")
+        files = tuple(_file_path(directory, f, owned) for f in data["files"])
+        mmproj = _file_path(directory, data["mmproj"], owned) if data.get("mmproj") else None
+        if not files:
+            raise ValueError("no files")
         record = Installed(
             id=str(data["id"]),
             quant=str(data.get("quant", "")),
@@ -152,12 +184,15 @@ def read_manifest(path: Path, check_files: bool = True) -> Installed | None:
             family=data.get("family"),
             source=str(data.get("source", "")),
             origin=str(data.get("origin", "")),
-            owned=bool(data.get("owned", True)),
+            owned=owned,
             aliases=tuple(data.get("aliases", ())),
             sha256=tuple(f.get("sha256") for f in data["files"]),
             manifest=path,
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except _Outside as exc:
+        log.warning("ignoring %s: it points outside the store (%s)", path, exc)
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if check_files and not all(f.is_file() for f in files):
         return None
@@ -346,8 +381,33 @@ def _unfinished(names: set[str], quant: str) -> list[Path]:
     found = []
     for name in names:
         pattern = f"{_slug(name)}@{_slug(quant) if quant else '*'}"
-        found += [d for d in root.glob(pattern) if d.is_dir() and not (d / MANIFEST).exists()]
+        found += [
+            d
+            for d in root.glob(pattern)
+            if d.is_dir() and not d.is_symlink() and not (d / MANIFEST).exists()
+        ]
     return sorted(set(found))
+
+
+def _delete(path: Path) -> None:
+    """Delete `path` if it is a file (a symlink itself, never its target)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+
+
+def _clear(directory: Path, patterns: tuple[str, ...]) -> None:
+    """Delete what the store writes in a model's directory besides its
+    files (the lock, temporary manifests, and `patterns`), then the
+    directory if that leaves it empty. Nothing else in it is touched."""
+    if directory.is_symlink() or not directory.is_dir():
+        return
+    for pattern in (".lock", f".{MANIFEST}.*.tmp", *patterns):
+        for path in directory.glob(pattern):
+            _delete(path)
+    try:
+        directory.rmdir()
+    except OSError:
+        log.warning("left %s in place: it holds files engy did not write", directory)
 
 
 def remove(ref: str) -> Removed:
@@ -370,14 +430,15 @@ def remove(ref: str) -> Removed:
             record.manifest.unlink(missing_ok=True)  # first: from now on it is not listed
             for path in (*record.files, record.mmproj):
                 if path is not None and record.owned and path.parent == directory:
-                    path.unlink(missing_ok=True)
-        shutil.rmtree(directory, ignore_errors=True)
+                    _delete(path)
+                    _delete(path.with_name(path.name + ".part"))
+        _clear(directory, ())
     unfinished = []
     for directory in _unfinished(wanted, quant):
         with lock(directory):  # waits for a pull that is still running
             if (directory / MANIFEST).exists():
                 continue  # it finished meanwhile: installed, not ours to delete unasked
-        shutil.rmtree(directory, ignore_errors=True)
+        _clear(directory, ("*.gguf", "*.part"))
         unfinished.append(directory)
     if not gone and not unfinished:
         if any(wanted & set(r.names()) for r in cached(catalog)):
