@@ -7,8 +7,8 @@ scripted one. Nothing here imports llama_cpp.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
 
 from .chat import ChatRequest, Event
 
@@ -23,6 +23,50 @@ class ModelInfo:
     quantization: str = ""
     backend: str = "CPU"  # CPU / CUDA / Metal
     supports_images: bool = False
+
+
+@dataclass(frozen=True)
+class SequenceStatus:
+    """One KV sequence of a loaded model and what it holds (the engine with
+    sessions fills these in; until then a model reports none)."""
+
+    index: int
+    tokens: int  # tokens of the conversation it holds
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """A loaded model as `engy ps` shows it (GET /engy/ps)."""
+
+    id: str
+    context_length: int  # the window as loaded (n_ctx)
+    backend: str  # CPU / CUDA / Metal
+    cost: int  # bytes it is estimated to hold: weights plus KV cache
+    keep_alive_left: float | None  # seconds until an idle unload; None: kept
+    busy: bool = False  # generating or with requests queued
+    family: str = ""  # its tool-call family (engine.families)
+    thinking: bool = False  # the template or family can switch thinking on
+    quantization: str = ""
+    aliases: tuple[str, ...] = ()
+    sequences: list[SequenceStatus] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ModelStatus:
+        """The inverse of `to_json`; unknown keys are ignored (a newer
+        server may say more), missing ones take their defaults."""
+        known = {f for f in cls.__dataclass_fields__ if f in raw}
+        values: dict[str, Any] = {k: raw[k] for k in known}
+        values["aliases"] = tuple(raw.get("aliases") or ())
+        values["sequences"] = [
+            SequenceStatus(**{k: s[k] for k in SequenceStatus.__dataclass_fields__ if k in s})
+            for s in raw.get("sequences") or ()
+            if isinstance(s, dict)
+        ]
+        return cls(**values)
 
 
 class Generation(Protocol):
@@ -50,4 +94,8 @@ class Backend(Protocol):
 
     async def submit(self, request: ChatRequest) -> Generation:
         """Validate (PromptTooLong, InvalidRequest), then queue (Busy)."""
+        ...
+
+    def status(self) -> list[ModelStatus]:
+        """The models loaded now, for `engy ps`."""
         ...

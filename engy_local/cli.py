@@ -4,9 +4,10 @@ that tests can call directly."""
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 
 from .errors import EngyError
@@ -274,6 +275,110 @@ def remove(
         console.print(f"{name}: {done}", soft_wrap=True, highlight=False)
     for directory in gone.unfinished:
         console.print(f"removed an unfinished download: {directory}", soft_wrap=True)
+
+
+class _ClientArgsCommand(typer.core.TyperCommand):
+    """Everything after `--` is the client's, kept apart before parsing (so
+    that `engy launch claude -- -p hi` does not read `-p` as MODEL)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # a click Context
+        if "--" in args:
+            cut = args.index("--")
+            args, ctx.meta["client_args"] = args[:cut], args[cut + 1 :]
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_ClientArgsCommand)
+def launch(
+    ctx: typer.Context,
+    client: Annotated[str, typer.Argument(help="claude (Claude Code) or codex (Codex)")],
+    model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Argument(help="A model the server serves, a GGUF path or a catalog id"),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Where engy runs, or is started")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="engy's port")] = DEFAULT_PORT,
+    api_key: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--api-key", envvar="ENGY_API_KEY", help="The server's key, if it has one"),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave a server started here running")
+    ] = False,
+    small_model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--small-model", help="Claude Code: the model for haiku and subagents"),
+    ] = None,
+    ctx_size: Annotated[
+        int, typer.Option("--ctx-size", help="A server started here: cap on the window")
+    ] = 32768,
+) -> None:
+    """Run Claude Code or Codex on a local model: `engy launch claude [MODEL] [-- ARGS]`."""
+    from .launch import LaunchError, LaunchOptions
+    from .launch import launch as run_launch
+
+    if client not in ("claude", "codex"):
+        raise typer.BadParameter("expected 'claude' or 'codex'", param_hint="CLIENT")
+    options = LaunchOptions(
+        client="claude" if client == "claude" else "codex",
+        model=model,
+        client_args=tuple(ctx.meta.get("client_args", ())),
+        host=host,
+        port=port,
+        api_key=api_key or None,
+        keep=keep,
+        small_model=small_model,
+        serve_args=["--ctx-size", str(ctx_size)],
+    )
+    try:
+        code = run_launch(options, console)
+    except (LaunchError, CatalogError, EngyError) as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def ps(
+    url: Annotated[str, typer.Option(help="The engy server")] = f"http://127.0.0.1:{DEFAULT_PORT}",
+    api_key: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--api-key", envvar="ENGY_API_KEY", help="The server's key, if it has one"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """What a running engy holds: each loaded model, its window, memory, keep-alive."""
+    from .ps import fetch_status, print_status
+
+    try:
+        models = fetch_status(url, api_key or None)
+    except EngyError as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    print_status(models, url, as_json, Console())
+
+
+@app.command()
+def doctor(
+    model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Argument(help="A GGUF path or model id (default: the catalog's)"),
+    ] = None,
+    ctx_size: Annotated[
+        int, typer.Option("--ctx-size", help="Cap on the context window (0: the model's own)")
+    ] = 32768,
+    gpu_layers: Annotated[
+        str, typer.Option("--gpu-layers", help="'auto' (all when the build can offload) or N")
+    ] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Check that a model works for coding agents: load, template, tools, cache, clients."""
+    from .doctor import DoctorOptions, print_report, run_doctor
+
+    options = DoctorOptions(model, ctx_size or None, _gpu_layers(gpu_layers))
+    report = run_doctor(options, Console(stderr=True) if as_json else Console())
+    print_report(report, as_json, Console())
+    raise typer.Exit(0 if report.passed else 1)
 
 
 def main() -> None:  # pragma: no cover

@@ -296,6 +296,11 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
             return Response(status_code=200)
         return JSONResponse({"name": "engy", "models": [m.id for m in backend.models()]})
 
+    async def ps(request: Request) -> Response:
+        # Read-only: what is loaded now (`engy ps`); the key is required.
+        models = [m.to_json() for m in backend.status()]
+        return JSONResponse({"object": "engy.ps", "models": models})
+
     async def prometheus(request: Request) -> Response:
         status = getattr(backend, "status", None)
         loaded = [m.id for m in status()] if callable(status) else []
@@ -319,6 +324,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         Route("/", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
         Route("/api/hello", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
         Route("/metrics", endpoint("anthropic", prometheus), methods=["GET"]),
+        Route("/engy/ps", endpoint("anthropic", ps), methods=["GET"]),
         Route(
             "/{path:path}",
             endpoint("anthropic", not_found, auth=False),

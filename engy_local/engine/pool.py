@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..backend import ModelInfo
+from ..backend import ModelInfo, ModelStatus
 from ..chat import ChatRequest, Provider
 from ..errors import Busy, ModelNotFound, NoWorker
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
@@ -247,3 +247,33 @@ class ModelPool:
                 for model_id, loaded in list(self._loaded.items()):
                     if loaded.worker.idle() and now - loaded.last_used > self.keep_alive:
                         self._unload(model_id)
+
+    def status(self) -> list[ModelStatus]:
+        """The loaded models, most recently used first (for `engy ps`)."""
+        now = time.monotonic()
+        out: list[ModelStatus] = []
+        with self._lock:
+            loaded = sorted(self._loaded.items(), key=lambda kv: -kv[1].last_used)
+            for model_id, lm in loaded:
+                busy = not lm.worker.idle()
+                left: float | None = None
+                if self.keep_alive:
+                    left = self.keep_alive if busy else self.keep_alive - (now - lm.last_used)
+                family, template = lm.model.family, lm.model.template
+                served = self._find(model_id)
+                out.append(
+                    ModelStatus(
+                        id=model_id,
+                        context_length=lm.info.context_length,
+                        backend=lm.info.backend,
+                        cost=lm.cost,
+                        keep_alive_left=None if left is None else max(0.0, left),
+                        busy=busy,
+                        family=family.name,
+                        thinking=family.thinking is not None
+                        or template.thinking_switch is not None,
+                        quantization=lm.info.quantization,
+                        aliases=served.aliases,
+                    )
+                )
+        return out

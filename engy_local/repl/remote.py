@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from ..backend import ModelInfo
+from ..backend import ModelInfo, ModelStatus
 from ..chat import ChatRequest, Event, Started
 from ..errors import ModelNotFound, RemoteError
 from ..protocols import client_anthropic, client_responses
@@ -162,6 +162,15 @@ class RemoteBackend:
             finally:
                 await response.aclose()
         return RemoteGeneration(response, _DECODERS[self.api]())
+
+    def status(self) -> list[ModelStatus]:
+        """What a running engy holds (GET /engy/ps); other servers have no
+        such route and answer 404."""
+        body = self._get_json("/engy/ps")
+        models = body.get("models") if isinstance(body, dict) else None
+        if not isinstance(models, list):
+            raise RemoteError(0, "", f"{self.url}/engy/ps: the answer has no model list")
+        return [ModelStatus.from_json(m) for m in models if isinstance(m, dict) and "id" in m]
 
     # -- helpers --------------------------------------------------------
 
