@@ -103,6 +103,34 @@ def serve(
             "--keep-alive", help="Seconds an idle model stays loaded (0: until room is needed)"
         ),
     ] = 1800,
+    upstream: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--upstream",
+            help="Run the tokens on this engine (llama-server, vLLM, SGLang): http://HOST:PORT",
+        ),
+    ] = None,
+    upstream_kind: Annotated[
+        str,
+        typer.Option(
+            "--upstream-kind", help="Its completions API: llamacpp (/completion) or openai"
+        ),
+    ] = "llamacpp",
+    upstream_model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--upstream-model", help="The model's name at the upstream (and here)"),
+    ] = None,
+    upstream_key: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--upstream-key", envvar="ENGY_UPSTREAM_KEY", help="The upstream's API key"),
+    ] = None,
+    tokenizer: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--tokenizer",
+            help="GGUF whose vocabulary and template the upstream gets (default: MODEL)",
+        ),
+    ] = None,
 ) -> None:
     """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
     from .serve import ServeOptions, run_server
@@ -124,6 +152,11 @@ def serve(
         queue_size=queue_size,
         memory_budget=int(memory_budget * (1 << 30)) or None,
         keep_alive=keep_alive or None,
+        upstream=upstream or None,
+        upstream_kind=upstream_kind,
+        upstream_model=upstream_model or None,
+        upstream_key=upstream_key or None,
+        tokenizer=tokenizer or None,
     )
     try:
         run_server(options, console)

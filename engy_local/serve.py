@@ -16,6 +16,8 @@ from .models.catalog import Catalog, CatalogError, load_catalog
 from .models.store import Installed, find, installed, locate
 from .server import Settings, create_app
 from .shutdown import DEFAULT_GRACE, Drain, GracefulServer
+from .upstream import Routed, UpstreamBackend, upstream_options
+from .upstream.routing import Served
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ class ServeOptions:
     queue_size: int = 16
     memory_budget: int | None = None  # bytes; None: 80% of RAM
     keep_alive: float | None = 1800.0  # seconds an idle model stays loaded
+    upstream: str | None = None  # --upstream URL: an engine elsewhere runs the tokens
+    upstream_kind: str = "llamacpp"  # its completions dialect: llamacpp or openai
+    upstream_model: str | None = None  # the name the upstream knows it by
+    upstream_key: str | None = None  # sent to the upstream as a bearer token
+    tokenizer: str | None = None  # the upstream's GGUF (vocabulary, template); None: MODEL
     no_api_key: bool = False  # serve off loopback without a key, on purpose
     allow_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ("*": any)
     allow_origins: tuple[str, ...] = ()  # Origins accepted besides loopback
@@ -104,8 +111,35 @@ def served_models(ref: str | None, options: ServeOptions) -> tuple[list[ServedMo
     return models, primary.id
 
 
-def build_backend(options: ServeOptions) -> ModelPool:
-    """The pool of models to serve, with the primary one loaded."""
+def build_backend(options: ServeOptions) -> Served:
+    """The pool of models to serve, with the primary one loaded; with
+    --upstream, the upstream first (see `_with_upstream`)."""
+    if options.upstream:
+        return _with_upstream(options, options.upstream)
+    return _pool(options)
+
+
+def _with_upstream(options: ServeOptions, url: str) -> Routed:
+    """The upstream, with the vocabulary and template of --tokenizer, else
+    of MODEL. Given --tokenizer, MODEL (or the default and the installed
+    models) is served here as well, each request routed by its model."""
+    kind = options.upstream_kind
+    tokenizer = resolve_model(options.tokenizer or options.model, options)
+    upstream = UpstreamBackend(
+        upstream_options(
+            tokenizer, url, kind=kind, model=options.upstream_model, key=options.upstream_key
+        ),
+        output_cap=options.max_output_tokens,
+        queue_size=options.queue_size,
+        timeout=options.timeout,
+    )
+    backends: list[Served] = [upstream]
+    if options.tokenizer:
+        backends.append(_pool(options))
+    return Routed(backends, options.max_output_tokens)
+
+
+def _pool(options: ServeOptions) -> ModelPool:
     models, primary = served_models(options.model, options)
     return ModelPool(
         models,
@@ -132,6 +166,8 @@ def run_server(options: ServeOptions, console: Console) -> None:
         console.print(f"  also      {', '.join(others)} (loaded on first use)")
     console.print(f"  backend   {info.backend}")
     console.print(f"  context   {info.context_length} tokens")
+    if options.upstream:
+        console.print(f"  upstream  {options.upstream} ({options.upstream_kind})")
     console.print(f"  url       {url}  (POST /v1/messages, POST /v1/responses)")
     console.print(f"  Claude Code: ANTHROPIC_BASE_URL={url} claude --model {info.id}")
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)

@@ -1,0 +1,430 @@
+"""`Backend` on an upstream engine (llama-server, vLLM, SGLang) that takes
+token ids: engy renders and tokenizes the prompt exactly as the local engine
+does (engine/prepare.py, on the model's own vocabulary and template), sends
+the ids to the upstream's completions endpoint, and feeds what comes back
+to the same family parser, so the layers above see the same events as from
+the local pool.
+
+One request, streaming from the upstream always:
+
+    submit      prepare() -> tokens, sampling, grammar, parser; POST and wait
+                for the upstream's status (errors: HTTP errors of our own)
+    iterate     SSE chunks -> token ids decoded here (or the upstream's text)
+                -> parser events; Started once the upstream starts; Finished
+                with the upstream's counts of cached prompt tokens
+    cancel      closes the upstream's stream, which stops its generation
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..backend import ModelInfo, ModelStatus
+from ..chat import (
+    ChatRequest,
+    Event,
+    Finished,
+    Heartbeat,
+    PromptProgress,
+    Started,
+    StopReason,
+    ThinkingDelta,
+    ToolCallEnd,
+    Usage,
+)
+from ..engine.local import ServedModel
+from ..engine.pool import provider_failure
+from ..engine.prepare import Prepared, count_tokens, prepare
+from ..engine.vocab import Vocabulary
+from ..errors import Busy, EngyError, ModelNotFound, NoWorker
+from .errors import UpstreamLost, from_status, from_transport
+from .text import AnswerText
+from .wire import ENDPOINTS, KINDS, Chunk, Kind, Reason, parse_chunk, request_body
+
+log = logging.getLogger("engy.requests")
+
+_REASONS: dict[Reason, StopReason] = {
+    "end": "end_turn",
+    "length": "max_tokens",
+    "stop": "stop_sequence",
+}
+
+
+@dataclass(frozen=True)
+class UpstreamOptions:
+    url: str  # the upstream's base URL: http://host:port
+    tokenizer: Path  # the GGUF whose vocabulary and chat template are used
+    id: str  # the model id engy serves it as
+    kind: Kind = "llamacpp"
+    model: str | None = None  # the name sent to the upstream (openai kind)
+    key: str | None = None  # sent as Authorization: Bearer
+    aliases: tuple[str, ...] = ()
+    chat_template: str | None = None  # overrides the GGUF's
+    family: str | None = None  # overrides the family detection
+    ctx_size: int | None = None  # cap on the window (None: the upstream's)
+    quantization: str = ""
+    backend: str = "upstream"  # what GET /v1/models and engy ps call its device
+
+
+class UpstreamGeneration:
+    """One request's stream from the upstream, as `Generation`."""
+
+    def __init__(
+        self,
+        backend: UpstreamBackend,
+        prepared: Prepared,
+        response: httpx.Response,
+        heartbeat: float,
+    ) -> None:
+        self.prompt_tokens = len(prepared.tokens)
+        self._backend = backend
+        self._prepared = prepared
+        self._response = response
+        self._heartbeat = heartbeat
+        self._cancelled = asyncio.Event()
+        self._closed = False
+        self._iterating = False
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        if not self._iterating and not self._closed:
+            # never iterated: nothing else will close the upstream's stream
+            with contextlib.suppress(RuntimeError):  # no loop: nothing is open
+                asyncio.get_running_loop().create_task(self._close())
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        self._iterating = True
+        queue: asyncio.Queue[Event | EngyError | None] = asyncio.Queue()
+        pump = asyncio.create_task(self._pump(queue))
+        cancelled = asyncio.create_task(self._cancelled.wait())
+        try:
+            while True:
+                getter = asyncio.create_task(queue.get())
+                done, _ = await asyncio.wait(
+                    {getter, cancelled}, timeout=self._heartbeat, return_when="FIRST_COMPLETED"
+                )
+                if getter not in done:
+                    getter.cancel()
+                    if cancelled in done:
+                        return
+                    yield Heartbeat()
+                    continue
+                item = getter.result()
+                if item is None:
+                    return
+                if isinstance(item, EngyError):
+                    raise item
+                yield item
+        finally:
+            pump.cancel()
+            cancelled.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+            await self._close()
+
+    async def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._response.aclose()
+            self._backend.release()
+
+    async def _pump(self, queue: asyncio.Queue[Event | EngyError | None]) -> None:
+        try:
+            async for event in self._events():
+                queue.put_nowait(event)
+        except EngyError as exc:
+            queue.put_nowait(exc)
+        except httpx.HTTPError as exc:
+            queue.put_nowait(from_transport(self._backend.url, exc, streaming=True))
+        except Exception as exc:  # one request's failure stays its own
+            log.exception("upstream stream failed")
+            queue.put_nowait(UpstreamLost(f"upstream stream failed: {exc}"))
+        finally:
+            queue.put_nowait(None)
+
+    async def _chunks(self) -> AsyncIterator[Chunk]:
+        kind = self._backend.options.kind
+        async for line in self._response.aiter_lines():
+            if not line.startswith("data:"):
+                continue  # blank lines, comments (pings), event names
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                return
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                bad = payload[:200]
+                raise UpstreamLost(f"upstream sent a chunk that is not JSON: {bad}") from None
+            if isinstance(data, dict) and "error" in data:
+                raise UpstreamLost(f"upstream error mid-answer: {data['error']}")
+            if isinstance(data, dict):
+                yield parse_chunk(kind, data)
+
+    async def _events(self) -> AsyncIterator[Event]:
+        prepared, vocab = self._prepared, self._backend.vocab
+        parser = prepared.new_parser()
+        text = AnswerText(vocab, prepared.params.stop)
+        n_prompt = self.prompt_tokens
+        started, cached, reasoning, called = False, 0, 0, False
+        counted: int | None = None  # output tokens as the upstream counts them
+        reason: Reason | None = None
+        t_start, t_first = time.monotonic(), 0.0
+
+        async for chunk in self._chunks():
+            cached = cached if chunk.cached_tokens is None else chunk.cached_tokens
+            counted = counted if chunk.output_tokens is None else chunk.output_tokens
+            if not started:
+                started = True
+                yield Started(n_prompt, cached)
+            if chunk.progress is not None and chunk.progress[0] < chunk.progress[1]:
+                yield PromptProgress(*chunk.progress)
+            if reason is not None:
+                continue  # the answer has ended: only counts follow
+            if chunk.has_tokens:
+                pieces = [text.push_token(t) for t in chunk.tokens]
+            else:
+                pieces = [text.push_text(chunk.text)] if chunk.text else []
+            cut = False
+            for piece, why in pieces:
+                t_first = t_first or time.monotonic()
+                events = parser.feed(piece)
+                reasoning += any(isinstance(e, ThinkingDelta) for e in events)
+                for event in events:
+                    yield event
+                called = called or any(isinstance(e, ToolCallEnd) for e in events)
+                # A stop string, or the one call asked for: engy ends the
+                # answer itself and closes the stream (the upstream stops).
+                cut = why == "stop" or (called and prepared.single_call and why is None)
+                if why is not None or cut:
+                    reason = why or "end"
+                    break
+            if cut:
+                break
+            if reason is None:
+                reason = chunk.finish
+            # After an end the upstream still sends its counts (llama-server's
+            # final chunk, OpenAI's usage chunk): read on to the stream's end.
+        if reason is None:
+            raise UpstreamLost(f"upstream {self._backend.url} ended the stream before the answer")
+        tail = text.flush()
+        closing = [*(parser.feed(tail) if tail else []), *parser.finish()]
+        for event in closing:
+            yield event
+            called = called or isinstance(event, ToolCallEnd)
+        stop = _REASONS[reason]
+        if called and stop == "end_turn":
+            stop = "tool_use"
+        produced = text.produced or counted or 0
+        yield Finished(stop, Usage(n_prompt, cached, produced, reasoning))
+        end = time.monotonic()
+        log.info(
+            "%s upstream prompt=%d cached=%d ttft=%.2fs decode=%.1f tok/s tokens=%d stop=%s",
+            self._backend.options.id,
+            n_prompt,
+            cached,
+            (t_first or end) - t_start,
+            max(0, produced - 1) / max(1e-6, end - (t_first or end)),
+            produced,
+            stop,
+        )
+
+
+class UpstreamBackend:
+    """One upstream model as a `Backend`."""
+
+    def __init__(
+        self,
+        options: UpstreamOptions,
+        *,
+        output_cap: int = 8192,
+        queue_size: int = 16,
+        timeout: float | None = 600.0,
+        heartbeat: float = 10.0,
+        parallel: int = 4,
+    ) -> None:
+        self.options = options
+        self.url = options.url.rstrip("/")
+        self.output_cap = output_cap
+        self.heartbeat = heartbeat
+        self.limit = parallel + queue_size  # requests in flight before 429
+        self.in_flight = 0
+        self.vocab = Vocabulary(
+            options.tokenizer, chat_template=options.chat_template, family=options.family
+        )
+        self._headers = {"authorization": f"Bearer {options.key}"} if options.key else {}
+        self._timeout = httpx.Timeout(connect=5.0, read=timeout, write=30.0, pool=5.0)
+        # One client per event loop (the server has one; tests may make more).
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self.window_source = "trained"
+        self._discover(self._headers)
+
+    def _discover(self, headers: dict[str, str]) -> None:
+        """The upstream's window (llama-server's /props, vLLM's max_model_len),
+        capped by ctx_size; unreachable now: the trained one, said in the log."""
+        window: int | None = None
+        model = self.options.model
+        try:
+            if self.options.kind == "llamacpp":
+                props = httpx.get(f"{self.url}/props", headers=headers, timeout=5).json()
+                settings = props.get("default_generation_settings") or {}
+                window = settings.get("n_ctx") or (settings.get("params") or {}).get("n_ctx")
+            else:
+                listed = httpx.get(f"{self.url}/v1/models", headers=headers, timeout=5).json()
+                for entry in listed.get("data") or []:
+                    if model is None or entry.get("id") == model:
+                        model = model or entry.get("id")
+                        window = entry.get("max_model_len")
+                        break
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.warning("upstream %s: cannot ask for its window (%s)", self.url, exc)
+        self.upstream_model = model
+        if isinstance(window, int) and window > 0:
+            self.window_source = "upstream"
+            self.vocab.n_ctx = window
+        if self.options.ctx_size:
+            self.vocab.n_ctx = min(self.vocab.n_ctx, self.options.ctx_size)
+
+    # -- Backend --------------------------------------------------------
+
+    @property
+    def info(self) -> ModelInfo:
+        path = self.options.tokenizer
+        return ModelInfo(
+            id=self.options.id,
+            display_name=self.options.id,
+            path=str(path),
+            context_length=self.vocab.n_ctx,
+            created=int(path.stat().st_mtime) if path.exists() else 0,
+            quantization=self.options.quantization,
+            backend=self.options.backend,
+        )
+
+    def models(self) -> list[ModelInfo]:
+        return [self.info]
+
+    def owns(self, model: str) -> bool:
+        names = {self.options.id, *self.options.aliases}
+        return model in names or model.split("/", 1)[-1] in names
+
+    def resolve(self, model: str) -> ModelInfo:
+        if not self.owns(model):
+            raise ModelNotFound(model)
+        return self.info
+
+    def count_tokens(self, request: ChatRequest) -> int:
+        self.resolve(request.model)
+        return count_tokens(self.vocab, request)
+
+    async def submit(self, request: ChatRequest) -> UpstreamGeneration:
+        info = self.resolve(request.model)
+        if request.provider is not None:
+            failure = provider_failure(request.provider, info)
+            if failure:
+                raise NoWorker(f"no worker meets the provider requirements: {failure}")
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(None, prepare, self.vocab, request, self.output_cap)
+        if self.in_flight >= self.limit:
+            raise Busy(f"too many requests for the upstream ({self.limit} in flight)", 2)
+        kind, model = self.options.kind, self.upstream_model
+        body = request_body(kind, prepared.tokens, prepared.params, model)
+        self.in_flight += 1
+        try:
+            response = await self._send(body)
+        except BaseException:
+            self.release()
+            raise
+        return UpstreamGeneration(self, prepared, response, self.heartbeat)
+
+    async def _send(self, body: dict[str, Any]) -> httpx.Response:
+        """POSTs and waits for the status: a refusal is an error of ours
+        before any byte of the answer."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = httpx.AsyncClient(
+                base_url=self.url, headers=self._headers, timeout=self._timeout
+            )
+            self._client_loop = loop
+        req = self._client.build_request("POST", ENDPOINTS[self.options.kind], json=body)
+        try:
+            response = await self._client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise from_transport(self.url, exc, streaming=False) from None
+        if response.status_code >= 400:
+            try:
+                raw = await response.aread()
+                detail: Any = json.loads(raw) if raw else {}
+            except (httpx.HTTPError, ValueError):
+                detail = {}
+            finally:
+                await response.aclose()
+            raise from_status(self.url, response.status_code, detail)
+        return response
+
+    def release(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+
+    def status(self) -> list[ModelStatus]:
+        family, template = self.vocab.family, self.vocab.template
+        return [
+            ModelStatus(
+                id=self.options.id,
+                context_length=self.vocab.n_ctx,
+                backend=self.options.backend,
+                cost=0,  # its memory is the upstream's
+                keep_alive_left=None,
+                busy=self.in_flight > 0,
+                family=family.name,
+                thinking=family.thinking is not None or template.thinking_switch is not None,
+                quantization=self.options.quantization,
+                aliases=self.options.aliases,
+            )
+        ]
+
+    def close(self) -> None:
+        # The client's connections belong to the server's loop, which has
+        # ended by now: nothing to await, the sockets close with it.
+        self._client = None
+        self.vocab.close()
+
+
+def upstream_options(
+    served: ServedModel,
+    url: str,
+    *,
+    kind: str = "llamacpp",
+    model: str | None = None,
+    key: str | None = None,
+) -> UpstreamOptions:
+    """The upstream of `engy serve --upstream URL`, its vocabulary and
+    template those of `served` (MODEL, or --tokenizer), with its catalog
+    settings (a chat template, a family override). It is served as
+    --upstream-model when given, else under the GGUF's id and aliases."""
+    dialect = next((k for k in KINDS if k == kind), None)
+    if dialect is None:
+        raise EngyError(f"--upstream-kind {kind!r}: one of {', '.join(KINDS)}")
+    load = served.options
+    names = (served.id, *served.aliases)
+    return UpstreamOptions(
+        url=url,
+        tokenizer=load.path,
+        id=model or served.id,
+        kind=dialect,
+        model=model,
+        key=key,
+        aliases=tuple(n for n in names if n != (model or served.id)),
+        chat_template=load.chat_template,
+        family=load.family,
+        ctx_size=load.ctx_size,
+        quantization=served.quantization,
+    )
