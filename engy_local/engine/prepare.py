@@ -18,7 +18,7 @@ from .grammar import forced_call_grammar
 from .images import PlacedImages, image_placeholder, images_of, place_images
 from .prompt import ImageSlots, to_template_messages, to_template_tools
 from .template import ChatTemplate
-from .toolparse import ToolParser
+from .toolparse import ForcedCallParser, ToolParser
 from .vision import Media, Projector, UndecodableImage
 
 # Defaults for what a request leaves out (llama.cpp's own defaults).
@@ -150,6 +150,11 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     # writing a tag per parameter can type the values.
     names = {t.name: t.parameters for t in chosen}
     parser_class = family.parser
+
+    def new_parser() -> ToolParser:
+        parser = parser_class(tools=names, thinking=in_thinking, new_id=new_call_id)
+        return ForcedCallParser(parser, list(names), new_call_id) if forced else parser
+
     s = request.sampling
     params = SamplingParams(
         max_tokens=max_tokens,
@@ -162,7 +167,7 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     return Prepared(
         tokens=tokens,
         params=params,
-        new_parser=lambda: parser_class(tools=names, thinking=in_thinking, new_id=new_call_id),
+        new_parser=new_parser,
         single_call=forced or not choice.parallel,
         media=media,
     )

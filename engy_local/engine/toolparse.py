@@ -62,7 +62,7 @@ arguments, and they are a JSON object.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from engy_local.chat import (
@@ -75,6 +75,7 @@ from engy_local.chat import (
 )
 
 __all__ = [
+    "ForcedCallParser",
     "HermesParser",
     "JsonScanner",
     "ParserFactory",
@@ -643,3 +644,59 @@ class HermesParser(PlainParser):
     """Hermes / Qwen `<tool_call>` JSON calls (family "hermes")."""
 
     parses_calls = True
+
+
+class ForcedCallParser:
+    """Wraps a family's parser when a grammar forces one call (tool_choice
+    any / tool). Under that grammar everything the model writes is call
+    syntax, so text can only be the call's markup that the token limit cut
+    short (`<t`, `<function=rea`): it is held back, and at finish, when no
+    call came out, a call is made of it, to the offered tool whose name the
+    text ends in the longest start of (the first one when none), with `{}`
+    arguments. Never markup in a text block."""
+
+    def __init__(self, inner: ToolParser, tools: Sequence[str], new_id: Callable[[], str]) -> None:
+        # configuration
+        self._inner = inner
+        self._tools = tuple(tools)
+        self._new_id = new_id
+        # state
+        self._text = ""  # markup the parser gave as text
+        self._called = False
+
+    def feed(self, text: str) -> list[Event]:
+        return self._held(self._inner.feed(text))
+
+    def finish(self) -> list[Event]:
+        events = self._held(self._inner.finish())
+        if self._called or not self._tools:
+            return events
+        name = max(self._tools, key=self._started)  # max keeps the first of equals
+        return [
+            *events,
+            ToolCallStart(0, self._new_id(), name),
+            ToolCallDelta(0, "{}"),
+            ToolCallEnd(0, "{}"),
+        ]
+
+    def _held(self, events: list[Event]) -> list[Event]:
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, TextDelta):
+                self._text += event.text
+                continue
+            if isinstance(event, ToolCallStart):
+                self._called = True
+            out.append(event)
+        return out
+
+    def _started(self, name: str) -> int:
+        """How much of `name` the held text ends in."""
+        return next(
+            (
+                k
+                for k in range(min(len(name), len(self._text)), 0, -1)
+                if self._text.endswith(name[:k])
+            ),
+            0,
+        )
