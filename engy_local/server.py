@@ -40,6 +40,7 @@ from .guard import AccessMiddleware, AccessPolicy, key_matches
 from .metrics import CountRequests, Metrics, Tracked
 from .protocols import anthropic, responses
 from .protocols.anthropic_stream import MessageStream
+from .protocols.images import ImageLimits
 from .shutdown import Drain
 
 log = logging.getLogger("engy.server")
@@ -63,6 +64,7 @@ class Settings:
     api_key: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     access: AccessPolicy = field(default_factory=AccessPolicy)
+    images: ImageLimits = field(default_factory=ImageLimits)  # per request, 413 over
 
 
 class StreamMachine(Protocol):
@@ -218,7 +220,9 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         return run
 
     async def messages(request: Request) -> Response:
-        parsed = anthropic.parse_request(await _read_json(request, settings.max_body_bytes))
+        parsed = anthropic.parse_request(
+            await _read_json(request, settings.max_body_bytes), images=settings.images
+        )
         backend.resolve(parsed.chat.model)
         generation = tracked(await backend.submit(parsed.chat))
         message_id = _new_id("msg_")
@@ -229,7 +233,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
 
     async def count_tokens(request: Request) -> Response:
         body = await _read_json(request, settings.max_body_bytes)
-        parsed = anthropic.parse_request(body, counting=True)
+        parsed = anthropic.parse_request(body, counting=True, images=settings.images)
         loop = asyncio.get_running_loop()
         n = await loop.run_in_executor(None, backend.count_tokens, parsed.chat)
         return JSONResponse({"input_tokens": n})
@@ -278,6 +282,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
                 "created": m.created,
                 "owned_by": "engy",
                 "max_input_tokens": m.context_length,
+                "supports_images": m.supports_images,
             }
             for m in backend.models()
         ]

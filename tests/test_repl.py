@@ -17,6 +17,7 @@ from typing import Any
 import pexpect
 import pytest
 from conftest import ANSWER, CACHE, REPO, EngyServer
+from images import RED, b64, png
 from rich.console import Console
 
 from engy_local.chat import (
@@ -106,7 +107,7 @@ MESSAGES_ONLY: list[tuple[str, ChatRequest]] = [
     (
         "an image, and thinking replayed",
         chat_request(
-            Message("user", (Text("what is it?"), Image("image/png", "AAAA"))),
+            Message("user", (Text("what is it?"), Image("image/png", b64(png(RED))))),
             Message("assistant", (Thinking("hmm"), Text("a dot"))),
             user("sure?"),
         ),

@@ -112,8 +112,11 @@ def describe(ref: str, catalog: Catalog | None = None) -> list[tuple[str, str]]:
             + (f" (+{len(record.files) - 1} parts)" if len(record.files) > 1 else ""),
         ),
     ]
+    # Images need the projector file, whatever the catalog says of the model.
     if record.mmproj is not None:
-        rows.append(("projector", str(record.mmproj)))
+        rows.append(("images", f"yes, through the projector {record.mmproj}"))
+    else:
+        rows.append(("images", "no (no vision projector)"))
     return rows
 
 

@@ -20,6 +20,7 @@
 - `messages`: user and assistant turns in order. `content` is the text;
   an assistant turn may add `thinking` (its reasoning, as shown). Tool calls
   are shown but not kept: the REPL runs no tools, so no result could follow.
+  Images attached with `/image` are not kept either, only the text.
 
 Reading is strict about what it needs (a list of messages with a known role
 and text content) and ignores keys it does not know.
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..chat import Answer, ChatRequest, Message, Part, Sampling, Text, Thinking
+from ..chat import Answer, ChatRequest, Image, Message, Part, Sampling, Text, Thinking
 
 FORMAT = "engy-chat/1"
 
@@ -50,14 +51,14 @@ class Conversation:
     temperature: float | None = None
     messages: list[Message] = field(default_factory=list)
 
-    def request(self, question: str | None = None) -> ChatRequest:
-        """The request that asks `question` next (None: the conversation as it
-        stands, for counting)."""
+    def request(self, question: str | None = None, images: tuple[Image, ...] = ()) -> ChatRequest:
+        """The request that asks `question` next, with `images` before its
+        text (None: the conversation as it stands, for counting)."""
         messages = list(self.messages)
         if self.system:
             messages.insert(0, Message("system", (Text(self.system),)))
         if question is not None:
-            messages.append(Message("user", (Text(question),)))
+            messages.append(Message("user", (*images, Text(question))))
         return ChatRequest(
             model=self.model,
             messages=tuple(messages),
@@ -66,9 +67,9 @@ class Conversation:
             overflow="shrink",
         )
 
-    def add(self, question: str, answer: Answer) -> None:
-        """Record a question and its (maybe partial) answer."""
-        self.messages.append(Message("user", (Text(question),)))
+    def add(self, question: str, answer: Answer, images: tuple[Image, ...] = ()) -> None:
+        """Record a question (with its images) and its (maybe partial) answer."""
+        self.messages.append(Message("user", (*images, Text(question))))
         parts: list[Part] = []
         if answer.thinking:
             parts.append(Thinking(answer.thinking))

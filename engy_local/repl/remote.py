@@ -209,4 +209,6 @@ def _info(raw: dict[str, Any], url: str) -> ModelInfo:
         context_length=window if isinstance(window, int) else 0,
         created=created,
         backend="remote",
+        # engy lists it; another server may not: let its answers tell.
+        supports_images=raw.get("supports_images") is not False,
     )

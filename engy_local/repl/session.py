@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..backend import ModelInfo
-from ..chat import Answer
+from ..chat import Answer, Image
+from .attach import NotAnImage, load_image, size_text, typed_path
 from .backends import USER_ERRORS, ChatBackend, ChatOptions, open_backend, remote_model
 from .conversation import Conversation, ConversationFileError
 from .reader import LineReader
@@ -59,6 +60,7 @@ class Session:
             temperature=options.temperature,
         )
         self.context_used = 0  # as of the last answer
+        self.images: list[Image] = []  # attached to the next message
 
     async def run(self) -> None:
         self.say(
@@ -74,7 +76,11 @@ class Session:
                 return
             if not line.strip():
                 continue
-            if line.startswith("/"):
+            if (path := typed_path(line)) is not None:
+                # A path alone (a file dropped on the terminal): an image.
+                if self._takes_images():
+                    self._attach(path)
+            elif line.startswith("/"):
                 name, _, arg = line.strip().partition(" ")
                 command = COMMANDS.get(name.lower())
                 if command is None:
@@ -102,7 +108,8 @@ class Session:
     # -- asking ---------------------------------------------------------
 
     async def ask(self, question: str) -> None:
-        request = self.conversation.request(question)
+        images, self.images = tuple(self.images), []
+        request = self.conversation.request(question, images)
         answer = Answer()
         tally = Tally(time.monotonic())
         view = AnswerView(self.console, show_thinking=self.show_thinking, status="waiting")
@@ -129,7 +136,7 @@ class Session:
             self.error(str(exc) if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {exc}")
             return  # the question is dropped: the conversation stays as it was
         if answer.text or answer.thinking or not task.cancelled():
-            self.conversation.add(question, answer)
+            self.conversation.add(question, answer, images)
         self.context_used = stats.context_used
         self.say(stats_line(stats), "dim")
 
@@ -155,6 +162,7 @@ class Session:
     async def cmd_clear(self, arg: str) -> bool:
         self.conversation.clear()
         self.context_used = 0
+        self.images.clear()
         self.say("conversation cleared")
         return True
 
@@ -257,6 +265,32 @@ class Session:
             self.say(f"context: {about}{used:,} tokens used (the window's size is unknown)")
         return True
 
+    async def cmd_image(self, arg: str) -> bool:
+        if not self._takes_images():
+            pass
+        elif not arg:
+            self.error("/image needs a PATH")
+        else:
+            self._attach(Path(arg))
+        return True
+
+    def _takes_images(self) -> bool:
+        if not self.info.supports_images:
+            self.error(f"{self.info.id} takes no images (it has no vision projector)")
+        return self.info.supports_images
+
+    def _attach(self, path: Path) -> None:
+        try:
+            image = load_image(path)
+        except NotAnImage as exc:
+            self.error(str(exc))
+            return
+        self.images.append(image)
+        count = f" ({len(self.images)} attached)" if len(self.images) > 1 else ""
+        self.say(
+            f"image {path.name}, {size_text(image)}: goes with your next message{count}", "dim"
+        )
+
     async def cmd_exit(self, arg: str) -> bool:
         return False
 
@@ -271,6 +305,7 @@ COMMANDS: dict[str, tuple[Command, str, str]] = {
     "/save": (Session.cmd_save, "FILE", "write the conversation as JSON"),
     "/load": (Session.cmd_load, "FILE", "read a conversation written by /save"),
     "/tokens": (Session.cmd_tokens, "", "context used and left"),
+    "/image": (Session.cmd_image, "PATH", "attach an image to the next message"),
     "/exit": (Session.cmd_exit, "", "leave (or Ctrl-D)"),
 }
 
