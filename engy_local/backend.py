@@ -50,6 +50,7 @@ class ModelStatus:
     quantization: str = ""
     aliases: tuple[str, ...] = ()
     sequences: list[SequenceStatus] = field(default_factory=list)
+    images: bool = False  # loaded with a vision projector
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -50,7 +50,8 @@ def _keep_alive(m: ModelStatus) -> str:
 def status_table(models: list[ModelStatus]) -> Table:
     table = Table(box=None, pad_edge=False)
     # Narrow terminals fold a column rather than cut an id short.
-    for column in ("MODEL", "CONTEXT", "BACKEND", "MEMORY", "KEEP-ALIVE", "FAMILY", "SEQUENCES"):
+    columns = ("MODEL", "CONTEXT", "BACKEND", "MEMORY", "KEEP-ALIVE", "FAMILY", "IMAGES")
+    for column in (*columns, "SEQUENCES"):
         table.add_column(column, overflow="fold")
     for m in models:
         sequences = ", ".join(
@@ -63,6 +64,7 @@ def status_table(models: list[ModelStatus]) -> Table:
             _size(m.cost),
             _keep_alive(m),
             m.family,
+            "yes" if m.images else "no",
             sequences or "-",
         )
     return table
