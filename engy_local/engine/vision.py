@@ -85,8 +85,11 @@ class Media:
 
     def eval(self, ctx: llama_cpp.llama_context_p, seq_id: int, n_past: int, n_batch: int) -> int:
         """Encode the image and decode its embeddings into sequence `seq_id`
-        from position `n_past`; logits are kept for its last token. Returns
-        the new n_past."""
+        from position `n_past` (in sub-batches of `n_batch`; a model that
+        attends to an image non-causally needs it in one ubatch). Returns
+        the new n_past, `n_pos` on. No logits are kept: a prompt never ends
+        with an image (the generation prompt follows), so the next token is
+        sampled after text."""
         return self._projector._eval(self._chunk, ctx, seq_id, n_past, n_batch)
 
     def __repr__(self) -> str:
