@@ -145,3 +145,23 @@ def test_amx_detection_reads_the_flags() -> None:
     assert not cpu_reports_amx("flags\t: fpu sse avx2 avx512f\n")
     assert build_has_amx("CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 1 |")
     assert not build_has_amx("CPU : SSE3 = 1 | AVX2 = 1 |")
+
+
+def test_a_conversation_is_not_overwritten_by_a_short_stranger() -> None:
+    # A 134-token conversation is too short to be worth saving, but an
+    # empty sequence is there: the stranger takes that one.
+    short_a = [*range(1, 8), *range(100, 227)]
+    stranger = [*range(1, 8), *range(500, 600)]
+    plan = choose(stranger, slots(short_a, [], []), 0, 256)
+    assert plan is not None and plan.slot == 1
+
+
+def test_older_turns_held_elsewhere_are_taken_first() -> None:
+    turn1, turn2 = CONV_A[:350], [*CONV_A, 1, 2, 3]
+    plan = choose(CONV_B, slots(turn2, turn1, CONV_B[:5] + [0] * 400), 0, 256)
+    assert plan is not None and plan.slot == 1 and not plan.save
+
+
+def test_what_the_ram_cache_holds_is_not_saved_again() -> None:
+    plan = choose(TITLE, slots(CONV_A), 0, 256, saved=lambda t: t == CONV_A)
+    assert plan is not None and plan.slot == 0 and not plan.save

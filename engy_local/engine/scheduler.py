@@ -90,10 +90,10 @@ class Scheduler:
         media = {m.start: m for m in job.media}
         usable = self._usable(prompt, job.media)
         _, cached = self.cache.best(prompt)
-        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable)
+        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, self.cache.covers)
         assert plan is not None, "admitted without a free sequence"
         slot = self.slots[plan.slot]
-        if plan.save and not self.cache.covers(slot.held):
+        if plan.save:
             self._save(slot)
         reuse = self._reuse(slot, plan.options, prompt)
         slot.busy = True

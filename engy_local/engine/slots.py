@@ -59,28 +59,44 @@ class Plan:
     options: tuple[Option, ...]  # best first; the scheduler takes the first that works
 
 
+# Dropping fewer tokens than this (the tail where a new turn departs from
+# what was generated) does not count as overwriting a conversation.
+SMALL_LOSS = 32
+
+
 def choose(
     prompt: list[int],
     slots: list[Slot],
     cached: int,
     min_save: int,
     usable: Callable[[int], int] = lambda n: n,
+    saved: Callable[[list[int]], bool] = lambda tokens: False,
 ) -> Plan | None:
     """A plan for `prompt`, or None when every sequence is busy. `cached` is
-    the longest prefix the RAM cache holds; `usable(n)` cuts a prefix length
-    back to one evaluation can resume from (at least one token must be left
-    to evaluate, and no image may be split)."""
+    the longest prefix the RAM cache holds and `saved(tokens)` whether it
+    holds all of `tokens`; `usable(n)` cuts a prefix length back to one
+    evaluation can resume from (at least one token must be left to
+    evaluate, and no image may be split)."""
     free = [s for s in slots if not s.busy]
     if not free:
         return None
     own = {s.id: usable(common_prefix(s.held, prompt)) for s in slots}
 
-    def worth_saving(s: Slot) -> bool:
-        return len(s.held) - own[s.id] >= min_save
+    def loss(s: Slot) -> int:
+        """Tokens only `s` holds that taking it for `prompt` would drop."""
+        dropped = len(s.held) - own[s.id]
+        if dropped < SMALL_LOSS or saved(s.held):
+            return 0
+        for other in slots:
+            if other is not s and other.held[: len(s.held)] == s.held:
+                return 0  # an older turn of a conversation another sequence holds
+        return dropped
 
-    def rank(s: Slot) -> tuple[bool, int, int]:
-        big = worth_saving(s)
-        return (big, 0 if big else -own[s.id], s.used)
+    def rank(s: Slot) -> tuple[bool, int, int, int]:
+        lost = loss(s)
+        big = lost >= min_save
+        # Sequences worth saving are the last resort, least recently used first.
+        return (big, 0, 0, s.used) if big else (False, lost, -own[s.id], s.used)
 
     target = min(free, key=rank)
     options = [Option("self", own[target.id])]
@@ -91,4 +107,5 @@ def choose(
     if cached > own[target.id]:
         options.append(Option("cache", cached))
     options.sort(key=lambda o: -o.reuse)
-    return Plan(target.id, worth_saving(target), tuple(o for o in options if o.reuse > 0))
+    save = loss(target) >= min_save
+    return Plan(target.id, save, tuple(o for o in options if o.reuse > 0))
