@@ -4,6 +4,7 @@ that tests can call directly."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -131,6 +132,37 @@ def serve(
             help="GGUF whose vocabulary and template the upstream gets (default: MODEL)",
         ),
     ] = None,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            "--parallel", help="Conversations each model serves at once (KV sequences)", min=1
+        ),
+    ] = 4,
+    cache_ram: Annotated[
+        float,
+        typer.Option(
+            "--cache-ram", help="MiB of RAM for saved conversation states (0: none)", min=0
+        ),
+    ] = 2048,
+    repack: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option(
+            "--repack/--no-repack",
+            envvar="ENGY_REPACK",
+            help="CPU weight repacking (default: on, except where AMX would crash)",
+        ),
+    ] = None,
+    mmproj: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--mmproj", help="Vision projector GGUF for MODEL (images on /v1/messages)"),
+    ] = None,
+    max_image_bytes: Annotated[
+        int,
+        typer.Option("--max-image-bytes", help="Largest image one request may send (413 over)"),
+    ] = 5 * 1024 * 1024,
+    max_images: Annotated[
+        int, typer.Option("--max-images", help="Images one request may send (413 over)", min=0)
+    ] = 100,
 ) -> None:
     """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
     from .serve import ServeOptions, run_server
@@ -157,6 +189,12 @@ def serve(
         upstream_model=upstream_model or None,
         upstream_key=upstream_key or None,
         tokenizer=tokenizer or None,
+        parallel=parallel,
+        cache_ram=int(cache_ram * (1 << 20)),
+        repack=repack,
+        mmproj=mmproj.expanduser() if mmproj else None,
+        max_image_bytes=max_image_bytes,
+        max_images=max_images,
     )
     try:
         run_server(options, console)
@@ -207,6 +245,10 @@ def chat(
         str, typer.Option("--gpu-layers", help="'auto' (all when the build can offload) or N")
     ] = "auto",
     threads: Annotated[int, typer.Option(help="CPU threads (0: all cores)")] = 0,
+    mmproj: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--mmproj", help="Vision projector GGUF for MODEL (for /image)"),
+    ] = None,
 ) -> None:
     """Talk to a model in the terminal: in-process, or through a server with --url."""
     from .models.catalog import engy_home
@@ -228,6 +270,7 @@ def chat(
         gpu_layers=_gpu_layers(gpu_layers),
         threads=threads or None,
         history=engy_home() / "chat_history",
+        mmproj=mmproj.expanduser() if mmproj else None,
     )
     raise typer.Exit(run_chat(options, Console()))
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
 
+from .engine.cpu import guard_line
 from .engine.local import ServedModel
 from .engine.model import LoadOptions
 from .engine.pool import ModelPool
 from .errors import EngyError
 from .guard import AccessPolicy, is_loopback
-from .models.catalog import Catalog, CatalogError, load_catalog
+from .models.catalog import Catalog, CatalogError, Entry, load_catalog
 from .models.store import Installed, find, installed, locate
+from .protocols.images import MAX_IMAGE_BYTES, MAX_IMAGES, ImageLimits
 from .server import Settings, create_app
 from .shutdown import DEFAULT_GRACE, Drain, GracefulServer
 from .upstream import Routed, UpstreamBackend, upstream_options
@@ -39,10 +42,16 @@ class ServeOptions:
     upstream_model: str | None = None  # the name the upstream knows it by
     upstream_key: str | None = None  # sent to the upstream as a bearer token
     tokenizer: str | None = None  # the upstream's GGUF (vocabulary, template); None: MODEL
+    parallel: int = 4  # KV sequences per model
+    cache_ram: int = 2 << 30  # bytes of saved sequence states per model
+    repack: bool | None = None  # CPU weight repacking; None: the AMX guard decides
     no_api_key: bool = False  # serve off loopback without a key, on purpose
     allow_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ("*": any)
     allow_origins: tuple[str, ...] = ()  # Origins accepted besides loopback
     shutdown_grace: float = DEFAULT_GRACE  # seconds streams may finish on SIGINT / SIGTERM
+    mmproj: Path | None = None  # vision projector of the model given as MODEL
+    max_image_bytes: int = MAX_IMAGE_BYTES  # one image, decoded
+    max_images: int = MAX_IMAGES  # images in one request
 
 
 def check_exposure(options: ServeOptions) -> None:
@@ -70,10 +79,23 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         options.threads,
         entry.chat_template if entry else None,
         tool_format if isinstance(tool_format, str) else None,
+        parallel=options.parallel,
+        cache_ram=options.cache_ram,
+        repack=options.repack,
+        mmproj=record.mmproj or _beside(record, entry),
     )
     names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
     aliases = tuple(dict.fromkeys(n for n in names if n != record.id))
     return ServedModel(id=record.id, options=load, aliases=aliases, quantization=record.quant)
+
+
+def _beside(record: Installed, entry: Entry | None) -> Path | None:
+    """A catalog model's projector lying next to its GGUF (one given by path,
+    or fetched by hand), under the catalog's file name."""
+    if entry is None or entry.mmproj is None:
+        return None
+    candidate = record.path.parent / Path(entry.mmproj.path).name
+    return candidate if candidate.is_file() else None
 
 
 def resolve_model(ref: str | None, options: ServeOptions) -> ServedModel:
@@ -88,7 +110,12 @@ def resolve_model(ref: str | None, options: ServeOptions) -> ServedModel:
         locate(entry)  # assembles it into the store on first use
     record = find(name, catalog)
     if record is not None:
-        return _served(record, catalog, options)
+        served = _served(record, catalog, options)
+        if options.mmproj is not None:
+            if not options.mmproj.is_file():
+                raise CatalogError(f"no such file: {options.mmproj}")
+            served = replace(served, options=replace(served.options, mmproj=options.mmproj))
+        return served
     if entry is not None:
         raise CatalogError(f"{entry.id} is not downloaded yet: run `engy pull {entry.id}`")
     raise CatalogError(
@@ -156,6 +183,14 @@ def run_server(options: ServeOptions, console: Console) -> None:
     import uvicorn
 
     check_exposure(options)
+    # One line per request: model, sequence, tokens, speeds, stop reason.
+    requests_log = logging.getLogger("engy.requests")
+    requests_log.setLevel(logging.INFO)
+    if not requests_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        requests_log.addHandler(handler)
+        requests_log.propagate = False
     with console.status("loading model..."):
         backend = build_backend(options)
     info = backend.info
@@ -164,14 +199,17 @@ def run_server(options: ServeOptions, console: Console) -> None:
     others = [m.id for m in backend.models() if m.id != info.id]
     if others:
         console.print(f"  also      {', '.join(others)} (loaded on first use)")
-    console.print(f"  backend   {info.backend}")
-    console.print(f"  context   {info.context_length} tokens")
+    console.print(f"  backend   {info.backend}  (CPU: {guard_line()})")
+    console.print(
+        f"  context   {info.context_length} tokens, {options.parallel} conversations at once"
+    )
     if options.upstream:
         console.print(f"  upstream  {options.upstream} ({options.upstream_kind})")
     console.print(f"  url       {url}  (POST /v1/messages, POST /v1/responses)")
     console.print(f"  Claude Code: ANTHROPIC_BASE_URL={url} claude --model {info.id}")
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
-    app = create_app(Settings(api_key=options.api_key, access=access), backend)
+    limits = ImageLimits(options.max_image_bytes, options.max_images)
+    app = create_app(Settings(api_key=options.api_key, access=access, images=limits), backend)
     drain: Drain = app.state.drain
     # ws="none": a WebSocket upgrade reaches the app as plain HTTP and
     # gets 426, on which Codex falls back to HTTP at once.

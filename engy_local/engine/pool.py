@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..backend import ModelInfo, ModelStatus
+from ..backend import ModelInfo, ModelStatus, SequenceStatus
 from ..chat import ChatRequest, Provider
 from ..errors import Busy, ModelNotFound, NoWorker
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
@@ -63,7 +63,10 @@ def estimate_cost(served: ServedModel) -> int:
     kv_heads = get("attention.head_count_kv", heads)
     head_dim = get("embedding_length", 4096) // max(1, heads)
     k_len, v_len = get("attention.key_length", head_dim), get("attention.value_length", head_dim)
-    return size + n_ctx * layers * kv_heads * (k_len + v_len) * 2
+    # Every sequence may hold a whole window; saved states live in RAM too.
+    options = served.options
+    kv = n_ctx * options.parallel * layers * kv_heads * (k_len + v_len) * 2
+    return size + kv + options.cache_ram
 
 
 def _window(served: ServedModel, meta: dict[str, object]) -> int:
@@ -157,6 +160,7 @@ class ModelPool:
             parser=prepared.new_parser(),
             emit=generation.emit,
             single_call=prepared.single_call,
+            media=getattr(prepared, "media", ()),
         )
         generation.job = job
         with self._lock:
@@ -200,6 +204,7 @@ class ModelPool:
             created=int(path.stat().st_mtime) if path.exists() else 0,
             quantization=served.quantization,
             backend=backend or "CPU",
+            supports_images=served.options.mmproj is not None,
         )
 
     def _instance(self, served: ServedModel) -> _Loaded:
@@ -212,7 +217,11 @@ class ModelPool:
                 info = replace(
                     self._info(served), context_length=model.n_ctx, backend=model.backend
                 )
-                worker = Worker(model, queue_size=self.queue_size)
+                try:
+                    worker = Worker(model, queue_size=self.queue_size)
+                except BaseException:
+                    model.close()
+                    raise
                 loaded = _Loaded(model, worker, info, cost, time.monotonic())
                 self._loaded[served.id] = loaded
                 log.info("loaded %s", served.id)
@@ -274,6 +283,8 @@ class ModelPool:
                         or template.thinking_switch is not None,
                         quantization=lm.info.quantization,
                         aliases=served.aliases,
+                        sequences=[SequenceStatus(**seq) for seq in lm.worker.sequences()],
+                        images=lm.model.projector is not None,
                     )
                 )
         return out
