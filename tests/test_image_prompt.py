@@ -45,6 +45,8 @@ def place(t: ChatTemplate, conversation: list[Message]) -> tuple[str, list[bytes
     [
         ("google-gemma-4-31B-it", "<|image|>"),
         ("mistralai-Ministral-3-14B-Reasoning-2512", "[IMG]"),
+        # Its placeholder shares "<|" with what follows it: the whole token is found.
+        ("Cohere2MoE", "<|IMG_PATCH|>"),
         ("Qwen-Qwen3-0.6B", None),  # a text model's template: no placeholder
         ("meta-llama-Llama-3.1-8B-Instruct", None),
     ],

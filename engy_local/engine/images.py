@@ -76,18 +76,25 @@ def image_placeholder(template: ChatTemplate) -> str | None:
         b = template.render(with_image, add_generation_prompt=False)
     except EngyError:
         return None
+    n = len(b) - len(a)
     head = 0
-    while head < min(len(a), len(b)) and a[head] == b[head]:
+    while head < len(a) and a[head] == b[head]:
         head += 1
-    tail = 0
-    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
-    if head + tail != len(a):  # not one insertion: the text changed too
+    if n <= 0 or b[head + n :] != a[head:]:  # not one insertion: the text changed too
         return None
-    inserted = b[head : len(b) - tail].strip()
+    # Where the inserted text shares characters with its neighbours it could
+    # stand a little further left ("X<|" + "IMG|><|" + "Y" is also "X" +
+    # "<|IMG|>" + "<|Y"): take the place where it opens and closes a token.
+    places = [i for i in range(head, max(-1, head - n - 1), -1) if b[:i] + b[i + n :] == a]
+    candidates = [b[i : i + n].strip() for i in places]
+    inserted = next((c for c in candidates if _bracketed(c)), candidates[-1])
     if not inserted or _PROBE in inserted or "type" in inserted or "{" in inserted:
         return None
     return inserted
+
+
+def _bracketed(text: str) -> bool:
+    return len(text) > 1 and text[0] in "<[" and text[-1] == {"<": ">", "[": "]"}[text[0]]
 
 
 def place_images(
