@@ -33,6 +33,7 @@ class ChatOptions:
     gpu_layers: int | None = None
     threads: int | None = None
     history: Path | None = None  # where typed lines are kept across runs
+    mmproj: Path | None = None  # vision projector of the model loaded in-process
 
 
 # Errors that are one line to the user: what a model, a file or a server said.
@@ -55,6 +56,7 @@ def open_backend(options: ChatOptions, model: str | None) -> tuple[ChatBackend, 
         ctx_size=options.ctx_size,
         gpu_layers=options.gpu_layers,
         threads=options.threads,
+        mmproj=options.mmproj,
         timeout=None,
         keep_alive=None,  # the model stays loaded while the user is here
     )
