@@ -173,6 +173,8 @@ def test_a_split_gguf_installs_as_one_model_and_loads_in_llama_cpp(
     assert record.size == sum(p.stat().st_size for p in tiny_split) + len(tiny_projector)
     listing = run("list")[1]
     assert listing.count(f"hf:{repo}") == 1
+    shown = run("show", record.id)[1]
+    assert "images" in shown and "yes, through the projector" in shown
 
     import llama_cpp
 

