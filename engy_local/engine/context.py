@@ -21,6 +21,13 @@ from .model import Model, ModelLoadError
 BATCH = 512
 
 
+_FLASH = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
 class Batch:
     """A reusable llama_batch of up to `size` tokens."""
 
@@ -55,12 +62,13 @@ class Context:
         p = llama_cpp.llama_context_default_params()
         # Every sequence may hold a whole window at once.
         p.n_ctx = model.n_ctx * self.n_seq
+        self.n_batch = BATCH
         p.n_batch = BATCH
         p.n_ubatch = BATCH
         p.n_seq_max = self.n_seq
         p.n_threads = model.threads
         p.n_threads_batch = model.threads
-        p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        p.flash_attn_type = _FLASH[model.flash_attn]
         # One cache for all sequences: a shared prefix can be copied from
         # one to another without copying its cells.
         p.kv_unified = True

@@ -44,6 +44,7 @@ class LoadOptions:
     parallel: int = 4  # KV sequences: conversations served at once
     cache_ram: int = 2 << 30  # bytes of saved sequence states kept in RAM
     repack: bool | None = None  # CPU weight repacking; None: decide (cpu.py)
+    flash_attn: str = "auto"  # "auto" (where the backend has it), "on" or "off"
 
 
 def gpu_backend() -> str | None:
@@ -79,6 +80,7 @@ class Model:
         self.parallel = max(1, options.parallel)
         self.cache_ram = max(0, options.cache_ram)
         self.repack = use_repacking(options.repack)
+        self.flash_attn = options.flash_attn
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
         params.use_extra_bufts = self.repack

@@ -22,7 +22,7 @@ from typing import Any
 from ..chat import Finished, PromptProgress, Started, StopReason, ThinkingDelta, ToolCallEnd, Usage
 from ..errors import EngyError, ServerError
 from .cache import PromptCache
-from .context import BATCH, Context
+from .context import Context
 from .decode import Output, Reason
 from .model import Model
 from .sampling import Sampler
@@ -167,7 +167,7 @@ class Scheduler:
                 i = batch.add(r.next_token, len(r.slot.held), r.slot.id, True)
                 outputs.append((r, i))
                 fed.append((r, [r.next_token]))
-        budget = BATCH - batch.n
+        budget = self.ctx.n_batch - batch.n
         for r in self.running:
             if r.next_token is not None or budget <= 0:
                 continue
@@ -207,7 +207,7 @@ class Scheduler:
         done = len(slot.held)
         while done in r.media:
             m = r.media[done]
-            m.eval(self.ctx.ctx, slot.id, done, BATCH)
+            m.eval(self.ctx.ctx, slot.id, done, self.ctx.n_batch)
             slot.held.extend(prompt[done : done + m.n_tokens])
             done = len(slot.held)
         end = min((s for s in r.media if s > done), default=len(prompt))
