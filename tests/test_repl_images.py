@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import ANSWER
+from conftest import ANSWER, EngyServer
 from images import BLUE, RED, png
 from test_repl import Terminal, terminals  # noqa: F401 - the fixture
 
@@ -66,3 +66,20 @@ def test_a_model_without_a_projector_says_so(
     assert "takes no images" in out and ANSWER not in out
     assert ANSWER in term.run("Hi")
     assert term.leave() == 0
+
+
+def test_an_image_goes_through_a_running_server_too(
+    tiny_vision: tuple[Path, Path], tmp_path: Path, terminals: list[Terminal]  # noqa: F811
+) -> None:
+    model, projector = tiny_vision
+    server = EngyServer(str(model), "--mmproj", str(projector), "--ctx-size", "4096")
+    try:
+        blue = tmp_path / "blue.png"
+        blue.write_bytes(png(BLUE))
+        term = Terminal("--url", server.url, home=tmp_path / "home")
+        terminals.append(term)
+        assert "goes with your next message" in term.run(f"/image {blue}")
+        assert re.search(r"\bblue\b", term.run("What colour?"))
+        assert term.leave() == 0
+    finally:
+        server.stop()
