@@ -41,6 +41,7 @@ from .chat import (
 )
 from .engine.pool import ModelPool
 from .errors import EngyError
+from .launch.claude import compaction_warning
 from .launch.clients import CLIENTS, ClientName, LaunchError, find_client
 from .models.catalog import CatalogError
 from .models.ggufmeta import NotGGUF, read_metadata
@@ -332,6 +333,9 @@ def check_window(status: ModelStatus) -> Check:
             f"{n} tokens: Claude Code's first turn alone is about 12k",
             f"serve with --ctx-size {max(32768, MIN_WINDOW)} or a model with a longer window",
         )
+    warning = compaction_warning(n)
+    if warning:
+        return Check("context window", "warn", f"{n} tokens as loaded", warning)
     return Check("context window", "pass", f"{n} tokens as loaded")
 
 

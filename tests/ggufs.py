@@ -513,3 +513,168 @@ def tiny_projector_cached(cache_dir: Path, **kwargs: Any) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+# ---- two turns: a tool call, then an answer after its result ---------------------
+
+# Logit that sends the first answer token to the second turn's chain once the
+# marker is in the context; far over CHAIN_LOGIT, and cancelled (SUPPRESS) in
+# every chain state so that only the first token of the answer is moved.
+TURN2_LOGIT = 200.0
+SUPPRESS = -300.0
+# Attention score of the marker token for every query (softmax weight ~1
+# against tens of thousands of others at score 0).
+MARKER_SCORE = 40.0
+ROPE_BASE = 1e12  # the last rotary pair barely turns over any real window
+
+
+def build_two_turn_gguf(
+    out: Path,
+    *,
+    vocab: str = "llama-bpe",
+    template: str = "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    first: str,
+    then: str,
+    marker: str,
+    context_length: int = 32768,
+    end_token: str | None = None,
+) -> Path:
+    """A tiny GGUF that says `first` (say, a tool call) on a fresh
+    conversation and `then` once `marker` (one token) is anywhere in the
+    prompt: the marker is a token of `first`, so it is in the context from
+    the moment the client sends the call back with its result.
+
+    As in build_tiny_gguf the next token is a table lookup on the current
+    one, so neither text may repeat a token, and the two share none. One
+    attention head tells the turns apart: its query is the same for every
+    token, its key is non-zero only for the marker, so it attends to the
+    marker wherever it is (the key and query sit in the slowest rotary pair,
+    with a huge rope base, so position does not matter) and copies a "second
+    turn" direction into the residual. That direction moves the choice of
+    the first answer token from `first`'s chain to `then`'s; within the
+    chains it is cancelled.
+    """
+    import gguf
+
+    vfile = vocab_path(vocab)
+    kv = _tokenizer_kv(vfile)
+    tokens: list[bytes] = kv["tokenizer.ggml.tokens"][0]
+    n_vocab = len(tokens)
+    template_text = (TEMPLATE_DIR / template).read_text()
+    end_id = _resolve_end_token(kv, tokens, template_text, end_token)
+    chain_a, chain_b = tokenize(vfile, first), tokenize(vfile, then)
+    marker_ids = tokenize(vfile, marker)
+    if len(marker_ids) != 1 or marker_ids[0] not in chain_a:
+        raise ValueError(f"marker {marker!r} must be one token of `first`")
+    both = chain_a + chain_b
+    if len(set(both)) != len(both) or end_id in both:
+        raise ValueError("first and then must not repeat a token, share one or hold the end")
+    m_id = marker_ids[0]
+
+    n_embd = max(N_EMBD_MIN, math.ceil((len(both) + 4) / 32) * 32)
+    head_dim = n_embd // N_HEAD
+    a_dims = list(range(1, 1 + len(chain_a)))
+    b_dims = list(range(1 + len(chain_a), 1 + len(both)))
+    turn2_dim, marker_dim, bias_dim = n_embd - 3, n_embd - 2, n_embd - 1
+
+    embd = np.zeros((n_vocab, n_embd), dtype=np.float32)
+    embd[:, 0] = 1.0
+    for dims, chain in ((a_dims, chain_a), (b_dims, chain_b)):
+        for d, t in zip(dims, chain, strict=True):
+            embd[t, 0] = 0.0
+            embd[t, d] = 1.0
+    embd[m_id, marker_dim] = 1.0  # a chain token with a key of its own
+    embd[:, bias_dim] = 1.0
+
+    # The attention input is rms_norm(embedding): two ones -> sqrt(n/2) each,
+    # the marker's three ones -> sqrt(n/3).
+    two, three = math.sqrt(n_embd / 2), math.sqrt(n_embd / 3)
+    wq = np.zeros((n_embd, n_embd), dtype=np.float32)
+    wk = np.zeros((n_embd, n_embd), dtype=np.float32)
+    wv = np.zeros((n_embd, n_embd), dtype=np.float32)
+    wo = np.zeros((n_embd, n_embd), dtype=np.float32)
+    qk = head_dim - 2  # head 0's slowest rotary pair
+    q = 4.0
+    wq[qk, bias_dim] = q / two
+    wk[qk, marker_dim] = MARKER_SCORE * math.sqrt(head_dim) / q / three
+    wv[0, marker_dim] = 1.0 / three  # head 0 carries 1.0 ...
+    wo[turn2_dim, 0] = 1.0  # ... into the second-turn direction
+
+    output = np.zeros((n_vocab, n_embd), dtype=np.float32)
+    prefs = np.zeros(n_vocab, dtype=np.float32)
+    types = kv.get("tokenizer.ggml.token_type", (None,))[0]
+    if types is not None:
+        lengths = np.array([min(len(t), LENGTH_CAP) for t in tokens], dtype=np.float32)
+        prefs += LENGTH_BONUS * lengths * (np.asarray(types) == 1)
+    prefs[end_id] = END_PREFERENCE
+    for text, logit in PREFERENCES.items():
+        tid = _single_token(tokens, text)
+        if tid is not None:
+            prefs[tid] = logit
+    output[:, bias_dim] = prefs / two
+    for dims, chain in ((a_dims, chain_a), (b_dims, chain_b)):
+        for src, dst in zip(dims, [*chain[1:], end_id], strict=True):
+            output[dst, src] = CHAIN_LOGIT / two
+    output[chain_a[0], 0] = CHAIN_LOGIT / two
+    output[chain_b[0], turn2_dim] = TURN2_LOGIT / two
+    output[chain_b[0], a_dims + b_dims] = SUPPRESS / two
+
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_name(f"engy-two-turn-{vocab}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(1)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(ROPE_BASE)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for key, (value, vtype, sub) in kv.items():
+        if key != "tokenizer.chat_template":
+            w.add_key_value(key, value, vtype, sub)
+    w.add_chat_template(template_text)
+    if "tokenizer.ggml.eot_token_id" not in kv:
+        w.add_eot_token_id(end_id)
+
+    f16 = np.float16
+    w.add_tensor("token_embd.weight", embd.astype(f16))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.add_tensor("output.weight", output.astype(f16))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+    for name, weight in (("attn_q", wq), ("attn_k", wk), ("attn_v", wv), ("attn_output", wo)):
+        w.add_tensor(f"blk.0.{name}.weight", weight.astype(f16))
+    w.add_tensor("blk.0.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.add_tensor("blk.0.ffn_gate.weight", np.zeros((N_FF, n_embd), dtype=f16))
+    w.add_tensor("blk.0.ffn_up.weight", np.zeros((N_FF, n_embd), dtype=f16))
+    w.add_tensor("blk.0.ffn_down.weight", np.zeros((n_embd, N_FF), dtype=f16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def two_turn_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
+    """build_two_turn_gguf, reused by a hash of its inputs (see tiny_gguf_cached)."""
+    params = inspect.signature(build_two_turn_gguf).bind(Path(), **kwargs)
+    params.apply_defaults()
+    args = {k: v for k, v in params.arguments.items() if k != "out"}
+    h = hashlib.sha256(repr(sorted(args.items())).encode())
+    h.update(Path(__file__).read_bytes())
+    h.update(vocab_path(args["vocab"]).read_bytes())
+    h.update((TEMPLATE_DIR / args["template"]).read_bytes())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"two-turn-{args['vocab']}-{h.hexdigest()[:16]}.gguf"
+    if path.exists():
+        return path
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".gguf")
+    os.close(fd)
+    try:
+        build_two_turn_gguf(Path(tmp), **kwargs)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path

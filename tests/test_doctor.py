@@ -45,7 +45,9 @@ def assert_model_checks_pass(report: Report, checks: dict[str, Check]) -> None:
     failed = [c for c in report.checks if c.status == "fail"]
     assert report.passed, failed
     for name in MODEL_CHECKS:
-        assert checks[name].status == "pass", checks[name]
+        # A window under 100k is a warning: Claude Code compacts only past it.
+        ok = ("pass", "warn") if name == "context window" else ("pass",)
+        assert checks[name].status in ok, checks[name]
 
 
 def test_doctor_passes_on_a_tiny_model(tiny_qwen3: Path) -> None:
@@ -57,7 +59,9 @@ def test_doctor_passes_on_a_tiny_model(tiny_qwen3: Path) -> None:
     assert "<think>" in checks["thinking"].figure  # Qwen3 thinks, and it splits
     cached, _, prompt = checks["second turn from cache"].figure.partition(" of ")
     assert 0 < int(cached) < int(prompt.split()[0])
-    assert checks["context window"].figure == "32768 tokens as loaded"
+    window = checks["context window"]
+    assert window.figure == "32768 tokens as loaded" and window.status == "warn"
+    assert "compacts at about 67k" in window.fix
 
 
 def test_doctor_passes_on_the_default_model(gemma_path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ANSWER, EngyServer, free_port
+from conftest import ANSWER, CACHE, EngyServer, free_port, need_fixtures
 from test_clients import Clients, base_env, clients, model_id  # noqa: F401 (a fixture)
 
 TIMEOUT = 420  # one launch: maybe a server start, then the client's run
@@ -352,3 +352,53 @@ def test_ps_needs_the_key_when_the_server_has_one(tiny_answer: Path) -> None:
         assert [m["id"] for m in json.loads(r.stdout)["models"]] == [tiny_answer.stem]
     finally:
         server.stop()
+
+
+# ---- a real tool through engy launch --------------------------------------------
+
+# Said on a fresh conversation: a call that writes proof.txt. Said once the
+# marker (a token of that call) is in the prompt, i.e. once the client sent
+# the call back with its result: the answer. See ggufs.build_two_turn_gguf.
+COMMAND = "echo Zebra > proof.txt"
+AFTER = "All done: the command ran."
+
+
+def two_turn(call: str) -> Path:
+    need_fixtures()
+    from ggufs import two_turn_gguf_cached
+
+    return two_turn_gguf_cached(CACHE / "ggufs", first=call, then=AFTER, marker="ebra")
+
+
+def test_launch_claude_runs_bash_and_answers_after_its_result(
+    clients: Clients,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    model = two_turn('{"name": "Bash","parameters":{"command":"' + COMMAND + '"}}')
+    launch = Launch(tmp_path)
+    wrap(launch.bin, clients.claude, launch.record, "env")
+    port = str(free_port())
+    cmd = ("-p", "Make proof.txt", "--allowedTools", "Bash")
+    r = launch.run("claude", str(model), "--port", port, "--", *cmd)
+    assert r.returncode == 0, why(r)
+    assert AFTER in r.stdout, why(r)
+    assert (launch.home / "proof.txt").read_text() == "Zebra\n", why(r)
+
+
+def test_launch_codex_runs_exec_command_and_answers_after_its_result(
+    clients: Clients,  # noqa: F811
+    tmp_path: Path,
+    codex_home: Path,
+) -> None:
+    model = two_turn('{"name": "exec_command","parameters":{"cmd":"' + COMMAND + '"}}')
+    launch = Launch(tmp_path)
+    wrap(launch.bin, clients.codex, launch.record, "argv")
+    env = launch.env()
+    env["CODEX_HOME"] = str(codex_home)
+    port = str(free_port())
+    bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
+    cmd = ("exec", "--skip-git-repo-check", bypass, "Make proof.txt")
+    r = launch.run("codex", str(model), "--port", port, "--", *cmd, env=env)
+    assert r.returncode == 0, why(r)
+    assert AFTER in r.stdout and "exec_command" not in r.stdout, why(r)
+    assert (launch.home / "proof.txt").read_text() == "Zebra\n", why(r)

@@ -14,6 +14,25 @@ PLACEHOLDER_KEY = "engy-local"
 MAX_OUTPUT_CAP = 8192
 
 
+# Claude Code 2.1.332 reads an auto-compact window under 100k tokens as 100k
+# (it says so at start-up), and compacts when 33k are left of it.
+CLAUDE_MIN_WINDOW = 100_000
+CLAUDE_COMPACT_BUFFER = 33_000
+
+
+def compaction_warning(context_length: int) -> str | None:
+    """What to tell the user when Claude Code cannot compact in time."""
+    if context_length >= CLAUDE_MIN_WINDOW:
+        return None
+    at = CLAUDE_MIN_WINDOW - CLAUDE_COMPACT_BUFFER
+    return (
+        f"Claude Code takes a window under {CLAUDE_MIN_WINDOW // 1000}k tokens as "
+        f"{CLAUDE_MIN_WINDOW // 1000}k and compacts at about {at // 1000}k, past this "
+        f"{context_length}-token one: a longer session ends in 'prompt is too long' unless "
+        f"you /compact, or serve a window of {CLAUDE_MIN_WINDOW // 1000}k or more (--ctx-size)"
+    )
+
+
 def output_cap(context_length: int) -> int:
     return max(256, min(MAX_OUTPUT_CAP, context_length // 4))
 

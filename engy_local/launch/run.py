@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..models.catalog import engy_home
-from .claude import claude_env, output_cap
+from .claude import claude_env, compaction_warning, output_cap
 from .clients import Client, ClientName, LaunchError, find_client
 from .codex import bundled_catalog, catalog_entry, codex_env, codex_overrides, write_catalog
 from .server import Server, connect
@@ -95,6 +95,9 @@ def _configure(
             soft_wrap=True,
             highlight=False,
         )
+        warning = compaction_warning(m.context_length)
+        if warning:
+            console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True, highlight=False)
         return [str(client.path), *options.client_args], env
     env = codex_env(os.environ, options.api_key)
     entry = catalog_entry(m, bundled_catalog(client.path, env))
