@@ -24,6 +24,12 @@ converter understands, so each schema is first reduced to what it handles well:
   value; the arguments themselves are always an object.
 A tool whose reduced schema still fails to convert or to compile falls back to
 "any JSON object". JSON strings here may not hold raw control characters.
+
+Schemas come from the request, so conversion is bounded: a schema of more
+than `MAX_SCHEMA_NODES` values (objects, arrays, strings ...) is not converted, and one whose
+rules come out over `MAX_TOOL_GRAMMAR` characters (nested length limits
+multiply) is dropped; either falls back as above. A whole grammar over
+`MAX_GRAMMAR` characters is an `InvalidRequest`.
 """
 
 from __future__ import annotations
@@ -36,10 +42,14 @@ import llama_cpp
 from llama_cpp.llama_grammar import SchemaConverter
 
 from engy_local.chat import ToolSpec
+from engy_local.errors import InvalidRequest
 
 __all__ = ["check_grammar", "forced_call_grammar", "literal", "until", "value_rules"]
 
 _MAX_REPEAT = 64
+MAX_SCHEMA_NODES = 16384
+MAX_TOOL_GRAMMAR = 256 * 1024
+MAX_GRAMMAR = 4 * 1024 * 1024
 _ANY: dict[str, Any] = {"type": ["object", "array", "string", "number", "boolean", "null"]}
 _OBJECT: dict[str, Any] = {"type": "object"}
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
@@ -83,7 +93,7 @@ def forced_call_grammar(
         raise ValueError("a forced tool call needs at least one tool")
     rules: dict[str, str] = {}
     if chosen.tool_rules is not None:  # the family writes each parameter itself
-        chosen.tool_rules(specs, rules)
+        chosen.tool_rules([_bounded(spec, chosen.tool_rules) for spec in specs], rules)
     elif chosen.call_rules is not None:
         roots = [_schema_rules(spec.parameters, f"t{i}-", rules) for i, spec in enumerate(specs)]
         chosen.call_rules([spec.name for spec in specs], roots, rules)
@@ -92,7 +102,14 @@ def forced_call_grammar(
         rules["root"] = "reasoning-0 [ \\t\\n]? [ \\t\\n]? call"
     else:
         rules["root"] = "call"
-    return "\n".join(f"{name} ::= {body}" for name, body in rules.items()) + "\n"
+    grammar = "\n".join(f"{name} ::= {body}" for name, body in rules.items()) + "\n"
+    if len(grammar) > MAX_GRAMMAR:
+        raise InvalidRequest(
+            f"tools: the forced call's grammar would be {len(grammar)} characters, "
+            f"over the {MAX_GRAMMAR} limit",
+            param="tools",
+        )
+    return grammar
 
 
 # ---- one tool's arguments ----------------------------------------------------
@@ -119,15 +136,39 @@ def value_rules(schema: Any, prefix: str, rules: dict[str, str]) -> str:
 
 def _first_compiling(schemas: Sequence[dict[str, Any]], prefix: str, rules: dict[str, str]) -> str:
     for schema in schemas:
-        own = _convert(schema)
+        own = _convert(schema) if _small(schema) else None
         if own is None:
             continue
         renamed = {prefix + name: _renamed(body, own, prefix) for name, body in own.items()}
         grammar = "\n".join(f"{k} ::= {v}" for k, v in renamed.items())
-        if check_grammar(grammar, prefix + "root"):
+        if len(grammar) <= MAX_TOOL_GRAMMAR and check_grammar(grammar, prefix + "root"):
             rules.update(renamed)
             return prefix + "root"
     raise AssertionError("the fallback grammar does not compile")  # pragma: no cover
+
+
+def _bounded(spec: ToolSpec, tool_rules: Any) -> ToolSpec:
+    """`spec`, or, when its parameters are too large to convert or their
+    rules come out too large, the same tool taking any object."""
+    if _small(spec.parameters):
+        scratch: dict[str, str] = {}
+        tool_rules([spec], scratch)
+        if sum(len(k) + len(v) for k, v in scratch.items()) <= MAX_TOOL_GRAMMAR:
+            return spec
+    return ToolSpec(spec.name, spec.description, dict(_OBJECT))
+
+
+def _small(schema: Any) -> bool:
+    """Whether `schema` holds at most MAX_SCHEMA_NODES values."""
+    stack, seen = [schema], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > MAX_SCHEMA_NODES:
+            return False
+        if isinstance(item, (dict, list)):
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return True
 
 
 def _convert(schema: dict[str, Any]) -> dict[str, str] | None:
