@@ -249,7 +249,8 @@ def test_max_tokens_over_the_window_is_reduced_to_fit(small_server: EngyServer) 
 
 
 def test_full_queue_is_429_and_the_server_keeps_serving(gemma_path: object) -> None:
-    server = EngyServer(str(gemma_path), "--queue-size", "1")
+    # One sequence, one place in the queue: a third request is turned away.
+    server = EngyServer(str(gemma_path), "--queue-size", "1", "--parallel", "1")
     try:
         long = {"model": MODEL, "max_tokens": 4000, "stream": True, "messages": HELLO}
         stop = threading.Event()
