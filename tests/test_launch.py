@@ -130,28 +130,6 @@ def check_claude_env(env: dict[str, str], url: str, model: str, window: int) -> 
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
 
 
-def test_launch_claude_starts_a_server_and_stops_it(
-    clients: Clients,  # noqa: F811
-    tiny_answer: Path,
-    tmp_path: Path,
-) -> None:
-    launch = Launch(tmp_path)
-    wrap(launch.bin, clients.claude, launch.record, "env")
-    env = launch.env()
-    env["ANTHROPIC_API_KEY"] = "sk-ant-not-for-local-servers"
-    port = free_port()
-    r = launch.run("claude", str(tiny_answer), "--port", str(port), "--", "-p", "Say hi", env=env)
-    assert r.returncode == 0, why(r)
-    assert ANSWER in r.stdout, why(r)
-    url = f"http://127.0.0.1:{port}"
-    assert f"at {url}" in r.stderr and "Claude Code 2.1.332" in r.stderr, r.stderr
-    seen = records(launch.record)[-1]  # the run (the first: --version)
-    assert isinstance(seen, dict)
-    check_claude_env(seen, url, tiny_answer.stem, 32768)
-    pid = started_pid(r.stderr)
-    assert gone(url, pid), f"the server launch started is still there (pid {pid})"
-
-
 def test_launch_claude_uses_the_running_server_and_leaves_it(
     clients: Clients,  # noqa: F811
     answer_server: EngyServer,
@@ -205,7 +183,13 @@ def overrides(argv: list[str]) -> dict[str, str]:
 
 
 def check_codex_config(
-    calls: list[object], url: str, model: str, window: int, engy_home: Path, codex: Path
+    calls: list[object],
+    url: str,
+    model: str,
+    window: int,
+    engy_home: Path,
+    codex: Path,
+    client_args: tuple[str, ...],
 ) -> None:
     runs = [c for c in calls if isinstance(c, list) and "exec" in c]
     assert len(runs) == 1, calls
@@ -226,7 +210,7 @@ def check_codex_config(
     assert entry["supports_parallel_tool_calls"] is True  # hermes writes several calls
     assert entry["base_instructions"]  # what Codex ships, so its prompt is whole
     # The client args come after engy's settings, as given.
-    assert argv[-3:] == ["exec", "--skip-git-repo-check", "Say hi"]
+    assert argv[-len(client_args) :] == list(client_args)
     # Codex itself reads that catalog: the model is there, freeform patches.
     scratch = engy_home.parent / "codex-scratch"
     scratch.mkdir(exist_ok=True)
@@ -253,30 +237,6 @@ def codex_home(tmp_path: Path) -> Iterator[Path]:
     assert (home / "config.toml").read_bytes() == USER_CONFIG.encode()
 
 
-def test_launch_codex_starts_a_server_and_stops_it(
-    clients: Clients,  # noqa: F811
-    tiny_answer: Path,
-    tmp_path: Path,
-    codex_home: Path,
-) -> None:
-    launch = Launch(tmp_path)
-    wrap(launch.bin, clients.codex, launch.record, "argv")
-    env = launch.env()
-    env["CODEX_HOME"] = str(codex_home)
-    port = free_port()
-    args = ("exec", "--skip-git-repo-check", "Say hi")
-    r = launch.run("codex", str(tiny_answer), "--port", str(port), "--", *args, env=env)
-    assert r.returncode == 0, why(r)
-    assert ANSWER in r.stdout, why(r)
-    url = f"http://127.0.0.1:{port}"
-    assert "config.toml is not changed" in r.stderr and "Codex 0.171.0" in r.stderr, r.stderr
-    check_codex_config(
-        records(launch.record), url, tiny_answer.stem, 32768, launch.engy_home, clients.codex
-    )
-    pid = started_pid(r.stderr)
-    assert gone(url, pid), f"the server launch started is still there (pid {pid})"
-
-
 def test_launch_codex_uses_the_running_server_and_leaves_it(
     clients: Clients,  # noqa: F811
     answer_server: EngyServer,
@@ -299,6 +259,7 @@ def test_launch_codex_uses_the_running_server_and_leaves_it(
         32768,
         launch.engy_home,
         clients.codex,
+        args,
     )
     assert answer_server.proc.poll() is None
 
@@ -370,22 +331,32 @@ def two_turn(call: str) -> Path:
     return two_turn_gguf_cached(CACHE / "ggufs", first=call, then=AFTER, marker="ebra")
 
 
-def test_launch_claude_runs_bash_and_answers_after_its_result(
+def test_launch_claude_starts_a_server_runs_bash_and_stops_the_server(
     clients: Clients,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     model = two_turn('{"name": "Bash","parameters":{"command":"' + COMMAND + '"}}')
     launch = Launch(tmp_path)
     wrap(launch.bin, clients.claude, launch.record, "env")
-    port = str(free_port())
+    env = launch.env()
+    env["ANTHROPIC_API_KEY"] = "sk-ant-not-for-local-servers"
+    port = free_port()
     cmd = ("-p", "Make proof.txt", "--allowedTools", "Bash")
-    r = launch.run("claude", str(model), "--port", port, "--", *cmd)
+    r = launch.run("claude", str(model), "--port", str(port), "--", *cmd, env=env)
     assert r.returncode == 0, why(r)
-    assert AFTER in r.stdout, why(r)
+    # It ran the command, sent the result back, and printed the answer.
     assert (launch.home / "proof.txt").read_text() == "Zebra\n", why(r)
+    assert AFTER in r.stdout, why(r)
+    url = f"http://127.0.0.1:{port}"
+    assert f"at {url}" in r.stderr and "Claude Code 2.1.332" in r.stderr, r.stderr
+    seen = records(launch.record)[-1]  # the run (the first: --version)
+    assert isinstance(seen, dict)
+    check_claude_env(seen, url, model.stem, 32768)
+    pid = started_pid(r.stderr)
+    assert gone(url, pid), f"the server launch started is still there (pid {pid})"
 
 
-def test_launch_codex_runs_exec_command_and_answers_after_its_result(
+def test_launch_codex_starts_a_server_runs_exec_command_and_stops_the_server(
     clients: Clients,  # noqa: F811
     tmp_path: Path,
     codex_home: Path,
@@ -395,10 +366,17 @@ def test_launch_codex_runs_exec_command_and_answers_after_its_result(
     wrap(launch.bin, clients.codex, launch.record, "argv")
     env = launch.env()
     env["CODEX_HOME"] = str(codex_home)
-    port = str(free_port())
+    port = free_port()
     bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
     cmd = ("exec", "--skip-git-repo-check", bypass, "Make proof.txt")
-    r = launch.run("codex", str(model), "--port", port, "--", *cmd, env=env)
+    r = launch.run("codex", str(model), "--port", str(port), "--", *cmd, env=env)
     assert r.returncode == 0, why(r)
-    assert AFTER in r.stdout and "exec_command" not in r.stdout, why(r)
     assert (launch.home / "proof.txt").read_text() == "Zebra\n", why(r)
+    assert AFTER in r.stdout and "exec_command" not in r.stdout, why(r)
+    url = f"http://127.0.0.1:{port}"
+    assert "config.toml is not changed" in r.stderr and "Codex 0.171.0" in r.stderr, r.stderr
+    check_codex_config(
+        records(launch.record), url, model.stem, 32768, launch.engy_home, clients.codex, cmd
+    )
+    pid = started_pid(r.stderr)
+    assert gone(url, pid), f"the server launch started is still there (pid {pid})"
