@@ -176,7 +176,7 @@ def check(client: httpx.Client, path: str, body: Any, model: str) -> None:
 
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -138,15 +138,3 @@ def test_a_second_signal_ends_at_once(tiny_qwen3: Path) -> None:
         assert events
         if events[-1][0] != "transport":  # a stream may be cut without its end
             terminal(path, events)
-
-
-def test_an_idle_server_exits_0_at_once_on_sigterm(tiny_qwen3: Path) -> None:
-    server = EngyServer(str(tiny_qwen3), "--ctx-size", "2048")
-    try:
-        signalled = time.monotonic()
-        server.proc.send_signal(signal.SIGTERM)
-        code = server.proc.wait(timeout=60)
-    finally:
-        server.stop()
-    assert code == 0, server.output()
-    assert time.monotonic() - signalled < 30
