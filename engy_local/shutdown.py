@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from collections.abc import Generator
 from contextlib import contextmanager
 from types import FrameType
@@ -28,6 +29,7 @@ class Drain:
 
     def __init__(self) -> None:
         self.started = False
+        self._deadline: float | None = None  # time.monotonic() when the grace ends
         self._loop: asyncio.AbstractEventLoop | None = None
         self._expired: asyncio.Event | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -36,6 +38,8 @@ class Drain:
         if self._expired is None:
             self._loop = asyncio.get_running_loop()
             self._expired = asyncio.Event()
+            if self._deadline is not None:  # the drain began before any request
+                self._arm()
         return self._expired
 
     async def expired(self) -> None:
@@ -46,18 +50,20 @@ class Drain:
         """Refuse new requests; end those in flight after `grace` seconds.
         Safe to call from a signal handler or another thread."""
         self.started = True
-        if self._loop is None:
-            return  # no request has run yet: nothing to end
-        self._loop.call_soon_threadsafe(self._arm, grace)
+        self._deadline = time.monotonic() + grace
+        if self._loop is not None:  # else the first request arms it
+            self._loop.call_soon_threadsafe(self._arm)
 
-    def _arm(self, grace: float) -> None:
+    def _arm(self) -> None:
         event = self._event()
+        assert self._deadline is not None
         if self._timer is not None:
             self._timer.cancel()
-        if grace <= 0:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
             event.set()
         else:
-            self._timer = asyncio.get_running_loop().call_later(grace, event.set)
+            self._timer = asyncio.get_running_loop().call_later(left, event.set)
 
 
 class GracefulServer(uvicorn.Server):

@@ -5,6 +5,7 @@ ends everything at once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -14,6 +15,8 @@ from typing import Any
 
 import httpx
 from conftest import EngyServer
+
+from engy_local.shutdown import Drain
 
 GRACE = 2.0
 
@@ -138,3 +141,25 @@ def test_a_second_signal_ends_at_once(tiny_qwen3: Path) -> None:
         assert events
         if events[-1][0] != "transport":  # a stream may be cut without its end
             terminal(path, events)
+
+
+def test_a_drain_begun_before_any_request_still_ends_it() -> None:
+    drain = Drain()
+    drain.begin(0.2)  # the signal came while the first request was loading
+
+    async def first_request() -> float:
+        started = time.monotonic()
+        await asyncio.wait_for(drain.expired(), 10)
+        return time.monotonic() - started
+
+    assert asyncio.run(first_request()) < 5
+    later = Drain()
+
+    async def second_signal() -> None:
+        waiting = asyncio.ensure_future(later.expired())
+        await asyncio.sleep(0)
+        later.begin(60)
+        later.begin(0)  # at once
+        await asyncio.wait_for(waiting, 10)
+
+    asyncio.run(second_signal())
