@@ -199,7 +199,7 @@ def serve(
     try:
         run_server(options, console)
     except (CatalogError, EngyError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)  # one line
         raise typer.Exit(1) from None
 
 

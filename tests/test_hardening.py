@@ -185,8 +185,8 @@ def test_serving_off_loopback_without_a_key_refuses_to_start(
     monkeypatch.delenv("ENGY_API_KEY", raising=False)
     result = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "/nonexistent.gguf"])
     assert result.exit_code == 1
-    out = " ".join((result.stdout + result.stderr).split())
-    assert "reachable from other machines" in out and "--no-api-key" in out
+    [line] = (result.stdout + result.stderr).strip().splitlines()  # one line says why
+    assert "reachable from other machines" in line and "--no-api-key" in line
     # With --no-api-key it goes on, to the next check (the missing file).
     result = CliRunner().invoke(
         app, ["serve", "--host", "0.0.0.0", "--no-api-key", "/nonexistent.gguf"]
