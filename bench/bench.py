@@ -110,14 +110,23 @@ def start_engy(model: Path, threads: int, logs: Path, *extra: str) -> Server:
     return Server("engy", [*cmd, *extra], port, "/api/hello", logs / f"engy-{port}.log")
 
 
-def start_llama(binary: str, model: Path, threads: int, ctx: int, logs: Path) -> Server:
+def chat_template(model: Path) -> str | None:
+    """The template engy renders with: the catalog's for GGUFs that carry
+    none (gemma-3-270m is one), else the GGUF's own."""
     from engy_local.models.ggufmeta import read_metadata
+    from engy_local.serve import ServeOptions, resolve_model
 
-    template = read_metadata(model).get("tokenizer.chat_template")
+    served = resolve_model(str(model), ServeOptions())
+    template = served.options.chat_template or read_metadata(model).get("tokenizer.chat_template")
+    return template if isinstance(template, str) else None
+
+
+def start_llama(binary: str, model: Path, threads: int, ctx: int, logs: Path) -> Server:
+    template = chat_template(model)
     port = free_port()
     cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["-t", str(threads), "--parallel", "4", "-c", str(ctx), "--jinja"]
-    if isinstance(template, str):
+    if template:
         path = logs / "chat_template.jinja"
         path.write_text(template)
         cmd += ["--chat-template-file", str(path)]
