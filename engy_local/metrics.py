@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -164,6 +165,9 @@ class Tracked:
 
     def cancel(self) -> None:
         self.inner.cancel()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # whatever else the backend's generation offers
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         m = self.metrics
