@@ -182,28 +182,51 @@ def test_a_cancelled_stream_leaves_the_others_running(endless_server: EngyServer
     assert len(text_of(ask(endless_server, [{"role": "user", "content": "x"}], "", 5))) == 5
 
 
-def test_an_evicted_conversation_comes_back_from_the_ram_cache(gemma_path: Path) -> None:
+@pytest.fixture(scope="module")
+def single_server(gemma_path: Path) -> Iterator[EngyServer]:
     server = EngyServer(str(gemma_path), "--parallel", "1", "--ctx-size", "8192")
-    try:
-        long_system = " ".join(f"Rule {i}: keep answers short and precise." for i in range(120))
-        conv = [{"role": "user", "content": "Say hello."}]
-        started = time.monotonic()
-        first = ask(server, conv, long_system, 4)
-        full_prefill = time.monotonic() - started
-        assert prompt_tokens(first) > 1000
-        # Another conversation takes the only sequence.
-        ask(server, [{"role": "user", "content": "Name a colour."}], "Be brief.", 4)
-        conv += [
-            {"role": "assistant", "content": text_of(first) or "ok"},
-            {"role": "user", "content": "Again."},
-        ]
-        started = time.monotonic()
-        second = ask(server, conv, long_system, 4)
-        restored = time.monotonic() - started
-        assert (second.usage.cache_read_input_tokens or 0) >= prompt_tokens(first)
-        assert restored < full_prefill / 2, (restored, full_prefill)
-        assert "seq=0" in server.output() and f"cached={second.usage.cache_read_input_tokens}" in (
-            server.output()
-        )
-    finally:
-        server.stop()
+    yield server
+    server.stop()
+
+
+def test_an_evicted_conversation_comes_back_from_the_ram_cache(single_server: EngyServer) -> None:
+    server = single_server
+    long_system = " ".join(f"Rule {i}: keep answers short and precise." for i in range(120))
+    conv = [{"role": "user", "content": "Say hello."}]
+    started = time.monotonic()
+    first = ask(server, conv, long_system, 4)
+    full_prefill = time.monotonic() - started
+    assert prompt_tokens(first) > 1000
+    # Another conversation takes the only sequence.
+    ask(server, [{"role": "user", "content": "Name a colour."}], "Be brief.", 4)
+    conv += [
+        {"role": "assistant", "content": text_of(first) or "ok"},
+        {"role": "user", "content": "Again."},
+    ]
+    started = time.monotonic()
+    second = ask(server, conv, long_system, 4)
+    restored = time.monotonic() - started
+    assert (second.usage.cache_read_input_tokens or 0) >= prompt_tokens(first)
+    assert restored < full_prefill / 2, (restored, full_prefill)
+    cached = second.usage.cache_read_input_tokens
+    assert "seq=0" in server.output() and f"cached={cached}" in server.output()
+
+
+def test_a_sliding_window_model_resumes_from_the_end_of_an_earlier_prompt(
+    single_server: EngyServer,
+) -> None:
+    # Gemma 3 keeps only the last 512 positions (plus some slack) in most
+    # layers. When a client sends an earlier answer back changed (as clients
+    # that drop reasoning do) after the conversation has gone well past it,
+    # those layers no longer reach back: the checkpoint taken at the end of
+    # that turn's prompt does.
+    server = single_server
+    question = [{"role": "user", "content": "Tell me about the sea in one line."}]
+    first = ask(server, question, "", 4)
+    long_answer = " ".join(f"The sea, part {i}, is wide and deep." for i in range(110))
+    follow = [{"role": "user", "content": "Go on."}]
+    second = ask(server, [*question, {"role": "assistant", "content": long_answer}, *follow])
+    assert prompt_tokens(second) > prompt_tokens(first) + 1000
+    changed = [*question, {"role": "assistant", "content": "The sea is wide."}, *follow]
+    third = ask(server, changed, "", 4)
+    assert (third.usage.cache_read_input_tokens or 0) >= prompt_tokens(first)

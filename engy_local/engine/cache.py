@@ -31,10 +31,13 @@ class PromptCache:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.entries: list[Entry] = []
+        # Bytes the budget also pays for outside the entries: the sequences'
+        # checkpoints (llama-server left those out of its limit).
+        self.pinned = 0
 
     @property
     def used(self) -> int:
-        return sum(e.size for e in self.entries)
+        return self.pinned + sum(e.size for e in self.entries)
 
     def best(self, tokens: list[int]) -> tuple[Entry | None, int]:
         """The entry sharing the longest prefix with `tokens`, and its length."""
@@ -55,7 +58,7 @@ class PromptCache:
         """Keeps a state; entries it extends are dropped. False when it
         cannot fit the budget at all."""
         entry = Entry(list(tokens), state, pos_min)
-        if entry.size > self.budget:
+        if entry.size + self.pinned > self.budget:
             return False
         self.entries = [
             e
@@ -63,9 +66,13 @@ class PromptCache:
             if not (len(e.tokens) <= len(tokens) and tokens[: len(e.tokens)] == e.tokens)
         ]
         self.entries.append(entry)
-        while self.used > self.budget:
-            self.entries.remove(min(self.entries, key=lambda e: e.used))
+        self.shrink()
         return True
+
+    def shrink(self) -> None:
+        """Least recently used entries out until the budget holds."""
+        while self.entries and self.used > self.budget:
+            self.entries.remove(min(self.entries, key=lambda e: e.used))
 
     def touch(self, entry: Entry) -> None:
         entry.used = next(_clock)

@@ -28,6 +28,9 @@ _FLASH = {
 }
 
 
+_PARTIAL = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+
 class Batch:
     """A reusable llama_batch of up to `size` tokens."""
 
@@ -137,11 +140,27 @@ class Context:
 
     # -- saved states ---------------------------------------------------
 
-    def save(self, seq: int) -> bytes:
-        size = llama_cpp.llama_state_seq_get_size_ext(self.ctx, seq, 0)
+    def save(self, seq: int, partial: bool = False) -> bytes:
+        """The sequence's state; `partial`: only its sliding-window layers
+        (a checkpoint, a few MB, to resume from this position later)."""
+        flags = _PARTIAL if partial else 0
+        size = llama_cpp.llama_state_seq_get_size_ext(self.ctx, seq, flags)
         buf = (ctypes.c_uint8 * size)()
-        n = llama_cpp.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, 0)
+        n = llama_cpp.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, flags)
         return bytes(memoryview(buf)[:n])
+
+    def rewind(self, seq: int, pos: int, checkpoint: bytes) -> bool:
+        """Back to `pos`, where `checkpoint` was saved: the full-attention
+        layers are cut there and the window layers put back as they were."""
+        if self.model.recurrent:
+            return False
+        llama_cpp.llama_memory_seq_rm(self.memory, seq, pos, -1)
+        buf = (ctypes.c_uint8 * len(checkpoint)).from_buffer_copy(checkpoint)
+        n = llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(buf), seq, _PARTIAL)
+        if n == 0 or self.pos_max(seq) != pos - 1:
+            self.clear(seq)
+            return False
+        return True
 
     def restore(self, seq: int, state: bytes) -> bool:
         self.clear(seq)

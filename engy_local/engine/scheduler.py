@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..chat import Finished, PromptProgress, Started, StopReason, ThinkingDelta, ToolCallEnd, Usage
@@ -26,7 +27,7 @@ from .context import Context
 from .decode import Output, Reason
 from .model import Model
 from .sampling import Sampler
-from .slots import Option, Slot, choose
+from .slots import Checkpoint, Option, Slot, choose
 from .worker import Job
 
 log = logging.getLogger("engy.requests")
@@ -40,6 +41,8 @@ _REASONS: dict[Reason, StopReason] = {
 # A sequence holding at least this many tokens that a request would drop is
 # saved to the RAM cache first (below it, evaluating again is cheaper).
 MIN_SAVE = 256
+# Checkpoints kept per sequence (sliding-window models), latest prompts' ends.
+MAX_CHECKPOINTS = 3
 
 
 @dataclass
@@ -114,35 +117,82 @@ class Scheduler:
         return usable
 
     def _reuse(self, slot: Slot, options: tuple[Option, ...], prompt: list[int]) -> int:
-        """Carries out the first option that works; returns the prompt
-        tokens now in `slot`."""
+        """Carries out the first option that works, best first; returns the
+        prompt tokens now in `slot`."""
         ctx = self.ctx
+        attempts: list[tuple[int, Callable[[int], bool]]] = []
         for option in options:
-            n = option.reuse
             if option.source == "self":
-                if ctx.cut(slot.id, n):
-                    del slot.held[n:]
-                    return n
+                attempts.append((option.reuse, partial(self._cut, slot)))
+                # Where the window layers no longer reach back that far, the
+                # latest checkpoint before it does.
+                usable = [c for c in slot.checkpoints if c.pos <= option.reuse]
+                if usable:
+                    cp = usable[-1]
+                    attempts.append((cp.pos, partial(self._rewind, slot, cp)))
             elif option.source == "copy":
                 assert option.src is not None
                 donor = self.slots[option.src]
-                if ctx.copy(donor.id, slot.id, n):
-                    slot.held = donor.held[:n]
-                    return n
+                attempts.append((option.reuse, partial(self._copy, donor, slot)))
             else:
-                entry, _ = self.cache.best(prompt)
-                n_swa = self.model.n_swa
-                if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa)):
-                    continue
-                if ctx.restore(slot.id, entry.state):
-                    self.cache.touch(entry)
-                    slot.held = list(entry.tokens)
-                    if ctx.cut(slot.id, n):
-                        del slot.held[n:]
-                        return n
+                attempts.append((option.reuse, partial(self._restore, slot, prompt)))
+        attempts.sort(key=lambda a: -a[0])
+        for n, attempt in attempts:
+            if attempt(n):
+                self._pin()
+                return n
         ctx.clear(slot.id)
-        slot.held = []
+        slot.replace([])
+        self._pin()
         return 0
+
+    def _cut(self, slot: Slot, n: int) -> bool:
+        if not self.ctx.cut(slot.id, n):
+            return False
+        slot.cut(n)
+        return True
+
+    def _rewind(self, slot: Slot, cp: Checkpoint, n: int) -> bool:
+        if not self.ctx.rewind(slot.id, cp.pos, cp.state):
+            slot.replace([])  # the sequence was cleared
+            return False
+        slot.cut(cp.pos)
+        return True
+
+    def _copy(self, donor: Slot, slot: Slot, n: int) -> bool:
+        if not self.ctx.copy(donor.id, slot.id, n):
+            return False
+        slot.replace(donor.held[:n])
+        slot.checkpoints = [c for c in donor.checkpoints if c.pos <= n]
+        return True
+
+    def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
+        entry, _ = self.cache.best(prompt)
+        n_swa = self.model.n_swa
+        if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa)):
+            return False
+        if not self.ctx.restore(slot.id, entry.state):
+            slot.replace([])
+            return False
+        self.cache.touch(entry)
+        slot.replace(list(entry.tokens))
+        return self._cut(slot, n)
+
+    def _checkpoint(self, slot: Slot) -> None:
+        """At the end of a prompt, for models with a sliding window: the
+        next turn usually resumes here, after the answer it drops."""
+        if self.model.n_swa <= 0 or self.model.recurrent or self.cache.budget <= 0:
+            return
+        pos = len(slot.held)
+        if slot.checkpoints and slot.checkpoints[-1].pos == pos:
+            return
+        state = self.ctx.save(slot.id, partial=True)
+        slot.checkpoints = [*slot.checkpoints, Checkpoint(pos, state)][-MAX_CHECKPOINTS:]
+        self._pin()
+
+    def _pin(self) -> None:
+        self.cache.pinned = sum(len(c.state) for s in self.slots for c in s.checkpoints)
+        self.cache.shrink()
 
     def _save(self, slot: Slot) -> None:
         if len(slot.held) < MIN_SAVE or self.cache.budget <= 0:
@@ -183,9 +233,12 @@ class Scheduler:
             return
         for r, tokens in fed:
             r.slot.held.extend(tokens)
+            prompt_read = r.next_token is None and len(r.slot.held) == len(r.prompt)
             r.next_token = None
             if len(r.slot.held) < len(r.prompt):
                 r.job.emit(PromptProgress(len(r.slot.held), len(r.prompt)))
+            elif prompt_read:
+                self._checkpoint(r.slot)
         now = time.monotonic()
         for r, i in outputs:
             if not r.t_prefilled:
@@ -274,7 +327,7 @@ class Scheduler:
         r.job.emit(err)
         if forget:  # what the sequence holds is unknown now
             self.ctx.clear(r.slot.id)
-            r.slot.held = []
+            r.slot.replace([])
         self._release(r)
 
     def _release(self, r: Running) -> None:

@@ -34,12 +34,30 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A sliding-window model's window layers as they were at `pos`."""
+
+    pos: int
+    state: bytes
+
+
 @dataclass
 class Slot:
     id: int
     held: list[int] = field(default_factory=list)  # tokens in the KV, in order
     busy: bool = False
     used: int = 0  # when it last ran a job (a counter; higher is more recent)
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # oldest first
+
+    def replace(self, held: list[int]) -> None:
+        """New contents: checkpoints of the old ones no longer apply."""
+        self.held = held
+        self.checkpoints = []
+
+    def cut(self, keep: int) -> None:
+        del self.held[keep:]
+        self.checkpoints = [c for c in self.checkpoints if c.pos <= keep]
 
 
 Source = Literal["self", "copy", "cache"]
