@@ -562,7 +562,12 @@ def build_two_turn_gguf(
     n_vocab = len(tokens)
     template_text = (TEMPLATE_DIR / template).read_text()
     end_id = _resolve_end_token(kv, tokens, template_text, end_token)
-    chain_a, chain_b = tokenize(vfile, first), tokenize(vfile, then)
+    # A first text that repeats tokens (a patch: "***", "\\n") is spelled
+    # with other pieces where the tokenizer's split repeats one.
+    chain_a = tokenize(vfile, first)
+    if len(set(chain_a)) != len(chain_a):
+        chain_a = unique_tokenization(vocab, first)
+    chain_b = tokenize(vfile, then)
     marker_ids = tokenize(vfile, marker)
     if len(marker_ids) != 1 or marker_ids[0] not in chain_a:
         raise ValueError(f"marker {marker!r} must be one token of `first`")
@@ -653,6 +658,96 @@ def build_two_turn_gguf(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return out
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (llama-bpe, qwen2): vocab character -> byte."""
+    visible = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars, extra = {b: chr(b) for b in visible}, 0
+    for b in range(256):
+        if b not in chars:
+            chars[b], extra = chr(256 + extra), extra + 1
+    return {c: b for b, c in chars.items()}
+
+
+def unique_tokenization(vocab: str, text: str) -> list[int]:
+    """Normal tokens of a byte-level vocab whose pieces spell `text`, no id
+    twice (not the tokenizer's split: the model may write any tokens it
+    likes, and the text is what the parser reads). The tokenizer's split is
+    kept where it repeats nothing; a repeated token is spelled again, with
+    its neighbours when it must be, from pieces no other part uses."""
+    vfile = vocab_path(vocab)
+    kv = _tokenizer_kv(vfile)
+    tokens: list[bytes] = kv["tokenizer.ggml.tokens"][0]
+    types = kv["tokenizer.ggml.token_type"][0]
+    decode = _byte_level_decoder()
+    pieces: dict[int, bytes] = {}
+    by_first: dict[int, list[tuple[bytes, int]]] = {}
+    for tid, (tok, kind) in enumerate(zip(tokens, types, strict=True)):
+        try:
+            piece = bytes(decode[c] for c in tok.decode())
+        except (KeyError, UnicodeDecodeError):
+            continue
+        pieces[tid] = piece
+        if kind == 1 and piece:
+            by_first.setdefault(piece[0], []).append((piece, tid))
+    for candidates in by_first.values():
+        candidates.sort(key=lambda pt: -len(pt[0]))
+    canonical = tokenize(vfile, text)
+    reserved: set[int] = set()  # tokens the split still needs further on
+
+    def spell(target: bytes, used: set[int], budget: list[int]) -> list[int] | None:
+        """Pieces for `target` none of which is in `used` (bounded search)."""
+        if not target:
+            return []
+        for piece, tid in by_first.get(target[0], ()):
+            if tid in used or tid in reserved or not target.startswith(piece):
+                continue
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            rest = spell(target[len(piece) :], used | {tid}, budget)
+            if rest is not None:
+                return [tid, *rest]
+        return None
+
+    out: list[int] = []
+    spans: list[int] = []  # how many canonical tokens each piece of out stands for
+    i = 0
+    while i < len(canonical):
+        tid = canonical[i]
+        if tid not in out:
+            out.append(tid)
+            spans.append(1)
+            i += 1
+            continue
+        # Spell this token again, with the next ones and then the ones
+        # before it too (taken back out of `out`) when it must be.
+        done = False
+        for back in range(3):
+            if back > len(out):
+                break
+            for width in range(1, 4):
+                lo = i - sum(spans[len(spans) - back :]) if back else i
+                span = b"".join(pieces[t] for t in canonical[lo : i + width])
+                kept = out[: len(out) - back] if back else out
+                reserved = set(canonical[i + width :]) - set(kept)
+                found = spell(span, set(kept), [20000])
+                if found is not None:
+                    del out[len(kept) :], spans[len(kept) :]
+                    out += found
+                    spans += [0] * (len(found) - 1) + [i + width - lo]
+                    i += width
+                    done = True
+                    break
+            if done:
+                break
+        if not done:
+            at = b"".join(pieces[t] for t in canonical[:i]).decode(errors="replace")
+            raise ValueError(f"{text!r} cannot be spelled without repeating a token after {at!r}")
+    if b"".join(pieces[t] for t in out) != text.encode():
+        raise ValueError(f"unique_tokenization spelled {text!r} wrong")
     return out
 
 

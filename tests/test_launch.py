@@ -380,3 +380,40 @@ def test_launch_codex_starts_a_server_runs_exec_command_and_stops_the_server(
     )
     pid = started_pid(r.stderr)
     assert gone(url, pid), f"the server launch started is still there (pid {pid})"
+
+
+# A patch whose every line is written differently ("\\n" escaped, a raw
+# newline, CRLF, a leading space) so that the model can spell it without
+# writing a token twice; Codex's parser reads each line the same.
+PATCH = "*** Begin Patch\\n*** Add File: hello.txt\n+Zebra\r\n *** End Patch"
+AFTER_PATCH = "Done, the patch is in."
+
+
+def test_launch_codex_applies_a_patch_through_custom_tool_call(
+    clients: Clients,  # noqa: F811
+    tmp_path: Path,
+    codex_home: Path,
+) -> None:
+    need_fixtures()
+    from ggufs import two_turn_gguf_cached
+
+    call = '{"name": "apply_patch","parameters":{"input":"' + PATCH + '"}}'
+    model = two_turn_gguf_cached(CACHE / "ggufs", first=call, then=AFTER_PATCH, marker="ebra")
+    launch = Launch(tmp_path)
+    wrap(launch.bin, clients.codex, launch.record, "argv")
+    env = launch.env()
+    env["CODEX_HOME"] = str(codex_home)
+    bypass = "--dangerously-bypass-approvals-and-sandbox"
+    cmd = ("exec", "--skip-git-repo-check", bypass, "Make hello.txt")
+    r = launch.run("codex", str(model), "--port", str(free_port()), "--", *cmd, env=env)
+    assert r.returncode == 0, why(r)
+    assert (launch.home / "hello.txt").read_text() == "Zebra\n", why(r)
+    assert AFTER_PATCH in r.stdout, why(r)
+    # Codex got it as the freeform tool's call (its session log says so).
+    items = [
+        json.loads(line).get("payload", {})
+        for log in (codex_home / "sessions").rglob("*.jsonl")
+        for line in log.read_text().splitlines()
+    ]
+    calls = [i for i in items if i.get("type") == "custom_tool_call"]
+    assert [c["name"] for c in calls] == ["apply_patch"], items
