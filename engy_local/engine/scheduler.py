@@ -218,10 +218,14 @@ class Scheduler:
                 outputs.append((r, i))
                 fed.append((r, [r.next_token]))
         budget = self.ctx.n_batch - batch.n
-        for r in self.running:
+        for r in list(self.running):
             if r.next_token is not None or budget <= 0:
                 continue
-            taken = self._feed_prompt(r, budget, outputs)
+            try:
+                taken = self._feed_prompt(r, budget, outputs)
+            except EngyError as exc:  # an image that would not evaluate
+                self._fail(r, exc, forget=True)
+                continue
             if taken:
                 fed.append((r, taken))
                 budget -= len(taken)
