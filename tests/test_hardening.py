@@ -66,6 +66,18 @@ def http(server: EngyServer) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
+def claude(server: EngyServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=server.url, api_key=KEY, timeout=TIMEOUT) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def gpt(server: EngyServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=TIMEOUT) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
 def model(http: httpx.Client) -> str:
     name: str = http.get("/v1/models").json()["data"][0]["id"]
     return name
@@ -152,13 +164,11 @@ def test_allowed_origins_get_cors_with_their_origin(
     assert r.headers["access-control-allow-origin"] == origin
 
 
-def test_the_sdks_still_work(server: EngyServer, model: str) -> None:
-    claude = anthropic.Anthropic(base_url=server.url, api_key=KEY, timeout=TIMEOUT)
+def test_the_sdks_still_work(claude: anthropic.Anthropic, gpt: openai.OpenAI, model: str) -> None:
     msg = claude.messages.create(
         model=model, max_tokens=2, messages=[{"role": "user", "content": "hi"}]
     )
     assert msg.stop_reason == "max_tokens"
-    gpt = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=TIMEOUT)
     assert gpt.responses.create(model=model, input="hi", max_output_tokens=16).status
 
 
@@ -361,9 +371,8 @@ TOOLS = [
 @pytest.mark.parametrize("max_tokens", [1, 2, 3])
 @pytest.mark.parametrize("stream", [False, True])
 def test_messages_forced_call_cut_early_is_a_tool_use(
-    server: EngyServer, model: str, max_tokens: int, stream: bool
+    claude: anthropic.Anthropic, model: str, max_tokens: int, stream: bool
 ) -> None:
-    claude = anthropic.Anthropic(base_url=server.url, api_key=KEY, timeout=TIMEOUT)
     kwargs: Any = {
         "model": model,
         "max_tokens": max_tokens,
@@ -385,9 +394,8 @@ def test_messages_forced_call_cut_early_is_a_tool_use(
 @pytest.mark.parametrize("max_output_tokens", [1, 3])
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_forced_call_cut_early_is_a_function_call(
-    server: EngyServer, model: str, max_output_tokens: int, stream: bool
+    gpt: openai.OpenAI, model: str, max_output_tokens: int, stream: bool
 ) -> None:
-    gpt = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=TIMEOUT)
     kwargs: Any = {
         "model": model,
         "input": "Read it.",
