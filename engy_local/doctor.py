@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
@@ -120,36 +119,17 @@ def check_backend() -> Check:
     )
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[-1].split())
-    return set()
-
-
 def check_cpu() -> Check:
-    """llama.cpp's AMX path crashes quantized models on some CPUs (the
-    engine issue's guard loads them without it); say whether it applies."""
-    import llama_cpp
+    """llama.cpp's AMX kernels crash quantized models (SIGILL in tilezero)
+    on CPUs that report AMX; the engine's guard loads models without them
+    there unless repacking is forced (--repack, ENGY_REPACK=1)."""
+    from .engine.cpu import ENV, build_has_amx, cpu_reports_amx, guard_line, use_repacking
 
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
-    built = "AMX_INT8 = 1" in info
-    reported = "amx_tile" in _cpu_flags()
     cores = os.cpu_count() or 0
-    if reported and built:
-        return Check(
-            "CPU",
-            "warn",
-            f"{cores} cores; the CPU reports AMX and llama.cpp is built with it",
-            "quantized models can crash there (SIGILL in tilezero) unless loaded without "
-            "the extra CPU buffer types; the generation checks below show if it is safe",
-        )
-    why = "the CPU does not report AMX" if not reported else "llama.cpp is built without AMX"
-    return Check("CPU", "pass", f"{cores} cores; {why}, so its crash cannot happen here")
+    figure = f"{cores} cores; {guard_line()}"
+    if build_has_amx() and cpu_reports_amx() and use_repacking():
+        return Check("CPU guard", "fail", figure, f"unset {ENV} (or set it to 0)")
+    return Check("CPU guard", "pass", figure)
 
 
 def check_clients() -> list[Check]:

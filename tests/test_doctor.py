@@ -54,6 +54,7 @@ def test_doctor_passes_on_a_tiny_model(tiny_qwen3: Path) -> None:
     report, checks = doctor(str(tiny_qwen3))
     assert_model_checks_pass(report, checks)
     assert report.model == tiny_qwen3.stem
+    assert checks["CPU guard"].status == "pass" and "repacking" in checks["CPU guard"].figure
     assert checks["tool-call family"].figure.startswith("hermes")
     assert checks["forced tool call"].figure.startswith('get_weather({"city": ')
     assert "<think>" in checks["thinking"].figure  # Qwen3 thinks, and it splits
