@@ -316,8 +316,8 @@ def prefill(ask: Ask, quick: bool) -> dict[str, float]:
     seed = random.randrange(1 << 30)  # a new start each run: nothing cached
     for size in (1500, 6000) if quick else (3000, 19000):
         run, _ = ask(system_prompt(size, seed + size), STORY, 1, {})
-        out[f"prefill ~{size // 1000}k tok/s"] = run.prefill
-        out[f"prefill ~{size // 1000}k tokens"] = float(run.prompt - run.cached)
+        out[f"prefill ~{size / 1000:g}k tok/s"] = run.prefill
+        out[f"prefill ~{size / 1000:g}k tokens"] = float(run.prompt - run.cached)
     return out
 
 
@@ -348,16 +348,16 @@ def forced(ask: Ask, quick: bool, dialect: str) -> dict[str, float]:
 
 def upstream_overhead(llama: Ask, via: Ask, quick: bool) -> tuple[dict[str, float], ...]:
     """The same prompts straight to llama-server and through engy in front
-    of it, alternated, medians of 3."""
+    of it, alternated, medians of 3 (5 without --quick)."""
     direct: list[Run] = []
     fronted: list[Run] = []
     size = 500 if quick else 1000
-    for i in range(3):
-        seed = random.randrange(1 << 30)
+    for i in range(3 if quick else 5):
         for ask, runs in (
             ((llama, direct), (via, fronted)) if i % 2 else ((via, fronted), (llama, direct))
         ):
-            run, _ = ask(system_prompt(size, seed + len(runs)), STORY, 128, {})
+            # a new start each time: neither finds the other's prompt cached
+            run, _ = ask(system_prompt(size, random.randrange(1 << 30)), STORY, 128, {})
             runs.append(run)
 
     def figures(runs: list[Run]) -> dict[str, float]:

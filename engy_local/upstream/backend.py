@@ -91,54 +91,53 @@ class UpstreamGeneration:
         self._prepared = prepared
         self._response = response
         self._heartbeat = heartbeat
-        self._cancelled = asyncio.Event()
+        self._cancelled = False
         self._closed = False
-        self._iterating = False
+        self._pump: asyncio.Task[None] | None = None
+        self._closing: asyncio.Task[None] | None = None
 
     def cancel(self) -> None:
-        self._cancelled.set()
-        if not self._iterating and not self._closed:
-            # never iterated: nothing else will close the upstream's stream
+        """Stops reading and closes the upstream's stream at once, which
+        stops its generation."""
+        self._cancelled = True
+        if self._pump is not None:
+            self._pump.cancel()  # its last word (None) ends the iteration
+        if self._closing is None:
             with contextlib.suppress(RuntimeError):  # no loop: nothing is open
-                asyncio.get_running_loop().create_task(self._close())
+                self._closing = asyncio.get_running_loop().create_task(self._close())
 
     async def __aiter__(self) -> AsyncIterator[Event]:
-        self._iterating = True
         queue: asyncio.Queue[Event | EngyError | None] = asyncio.Queue()
-        pump = asyncio.create_task(self._pump(queue))
-        cancelled = asyncio.create_task(self._cancelled.wait())
+        self._pump = asyncio.create_task(self._run(queue))
         try:
-            while True:
-                getter = asyncio.create_task(queue.get())
-                done, _ = await asyncio.wait(
-                    {getter, cancelled}, timeout=self._heartbeat, return_when="FIRST_COMPLETED"
-                )
-                if getter not in done:
-                    getter.cancel()
-                    if cancelled in done:
-                        return
-                    yield Heartbeat()
-                    continue
-                item = getter.result()
+            while not self._cancelled:
+                try:
+                    item = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    try:
+                        item = await asyncio.wait_for(queue.get(), self._heartbeat)
+                    except asyncio.TimeoutError:
+                        yield Heartbeat()
+                        continue
                 if item is None:
                     return
                 if isinstance(item, EngyError):
                     raise item
                 yield item
         finally:
-            pump.cancel()
-            cancelled.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pump
-            await self._close()
+            # No await here: a cancelled consumer (the client went away) is
+            # cancelled again at every await, and the upstream's stream must
+            # be closed all the same, so a task of its own closes it.
+            self.cancel()
 
     async def _close(self) -> None:
         if not self._closed:
             self._closed = True
-            await self._response.aclose()
             self._backend.release()
+            with contextlib.suppress(httpx.HTTPError):
+                await self._response.aclose()
 
-    async def _pump(self, queue: asyncio.Queue[Event | EngyError | None]) -> None:
+    async def _run(self, queue: asyncio.Queue[Event | EngyError | None]) -> None:
         try:
             async for event in self._events():
                 queue.put_nowait(event)
