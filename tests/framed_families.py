@@ -57,9 +57,11 @@ def prompt(
         template=ChatTemplate(source, bos_token="<BOS>", eos_token="<EOS>"),
         family=detect(source),
         path=Path(name),
+        projector=None,  # a text-only model
     )
     request = ChatRequest(model="m", messages=tuple(messages), tools=tools, thinking=thinking)
-    text, _ = render(model, request)  # type: ignore[arg-type]
+    placed, _ = render(model, request)  # type: ignore[arg-type]
+    text = placed.text
     return text
 
 

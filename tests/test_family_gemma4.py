@@ -173,10 +173,13 @@ def test_thinking_is_the_templates_enable_thinking() -> None:
 def test_a_request_maps_thinking_to_the_switch(
     thinking: bool | None, forced: bool, ending: str
 ) -> None:
-    model = SimpleNamespace(path=Path("m.gguf"), template=template(), family=get("gemma4"))
+    model = SimpleNamespace(
+        path=Path("m.gguf"), template=template(), family=get("gemma4"), projector=None
+    )
     choice = ToolChoice("tool", "get_weather") if forced else ToolChoice()
     request = ChatRequest("m", (ASK,), SPECS_TUPLE, tool_choice=choice, thinking=thinking)
-    text, _ = prepare.render(model, request)  # type: ignore[arg-type]
+    placed, _ = prepare.render(model, request)  # type: ignore[arg-type]
+    text = placed.text
     assert text.endswith(ending)
     assert ("<|think|>" in text) == (thinking is True and not forced)
 

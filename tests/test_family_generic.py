@@ -209,10 +209,13 @@ def test_the_none_family_stays_for_an_explicit_override() -> None:
 
 def prompt(source: str, messages: tuple[Message, ...], **kwargs: Any) -> str:
     model = SimpleNamespace(
-        path=Path("m.gguf"), template=ChatTemplate(source, bos_token="<bos>"), family=get("generic")
+        path=Path("m.gguf"),
+        template=ChatTemplate(source, bos_token="<bos>"),
+        family=get("generic"),
+        projector=None,  # a text-only model
     )
     request = ChatRequest(model="m", messages=messages, tools=(READ,), **kwargs)
-    return render(model, request)[0]  # type: ignore[arg-type]
+    return render(model, request)[0].text  # type: ignore[arg-type]
 
 
 CONVERSATION = (

@@ -104,13 +104,15 @@ CONVERSATION = (
 def fake_model(name: str = GPT_OSS) -> Any:
     """What `prepare.render` reads of a model, with the real template."""
     chat = template(name)
-    return SimpleNamespace(path=Path("tiny.gguf"), template=chat, family=get("gpt-oss"))
+    return SimpleNamespace(
+        path=Path("tiny.gguf"), template=chat, family=get("gpt-oss"), projector=None
+    )
 
 
 def prompt(messages: tuple[Message, ...], **kwargs: Any) -> str:
     request = ChatRequest(model="m", messages=messages, tools=(LIST_DIR, READ), **kwargs)
-    text, _ = render(fake_model(), request)
-    return text
+    placed, _ = render(fake_model(), request)
+    return placed.text
 
 
 def test_quirks_of_the_template() -> None:

@@ -92,11 +92,14 @@ SCHEMAS = {t.name: t.parameters for t in TOOLS}
 def prompt(template_name: str, family: str, messages: tuple[Message, ...], **kwargs: Any) -> str:
     """The prompt `prepare.render` makes with the real template."""
     model = SimpleNamespace(
-        path=Path("tiny.gguf"), template=template(template_name), family=get(family)
+        path=Path("tiny.gguf"),
+        template=template(template_name),
+        family=get(family),
+        projector=None,  # a text-only model
     )
     request = ChatRequest(model="m", messages=messages, tools=TOOLS, **kwargs)
-    text, _ = render(model, request)  # type: ignore[arg-type]
-    return text
+    placed, _ = render(model, request)  # type: ignore[arg-type]
+    return placed.text
 
 
 def parsed_calls(family: str, output: str, *, thinking: bool = False) -> list[tuple[str, Any]]:
