@@ -25,9 +25,9 @@ import openai
 import pytest
 from conftest import ANSWER, CACHE, EngyServer, free_port
 
+from engy_local.engine.decode import StopScanner
 from engy_local.errors import Busy, GenerationTimeout, InvalidRequest, NoWorker, ServerError
 from engy_local.upstream.errors import UpstreamLost, from_status, from_transport
-from engy_local.upstream.text import StopStrings
 from engy_local.upstream.wire import Chunk, parse_chunk, request_body
 
 TIMEOUT = 120
@@ -191,10 +191,10 @@ def test_upstream_transport_errors_map_to_503_504_and_lost() -> None:
 
 
 def test_stop_strings_hold_back_a_possible_start() -> None:
-    s = StopStrings(("</end>",))
+    s = StopScanner(("</end>",))
     assert s.push("abc</e") == ("abc", False)
     assert s.push("nd> tail") == ("", True)
-    s = StopStrings(("STOP",))
+    s = StopScanner(("STOP",))
     assert s.push("xS") == ("x", False)
     assert s.push("x") == ("Sx", False)
 

@@ -124,31 +124,10 @@ class Model:
         return self.piece(token).decode("utf-8", "replace")
 
     def tokenize(self, text: str) -> list[int]:
-        """Tokens of a rendered prompt. Templates usually write the BOS text
-        themselves; it is dropped here and added as the real token instead,
-        so there is exactly one."""
-        if self.add_bos and self.bos_text and text.startswith(self.bos_text):
-            text = text[len(self.bos_text) :]
-        data = text.encode("utf-8")
-        size = len(data) + 2
-        while True:
-            buf = (llama_cpp.llama_token * size)()
-            n = llama_cpp.llama_tokenize(
-                self._vocab, data, len(data), buf, size, self.add_bos, True
-            )
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
+        return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
 
     def piece(self, token: int) -> bytes:
-        """The bytes of one token, special tokens rendered as their text."""
-        size = 64
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, size, 0, True)
-            if n >= 0:
-                return buf.raw[:n]
-            size = -n
+        return token_piece(self._vocab, token)
 
     def is_end(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
@@ -160,6 +139,35 @@ class Model:
         if self.handle:
             llama_cpp.llama_model_free(self.handle)
             self.handle = None
+
+
+def tokenize_text(
+    vocab: llama_cpp.llama_vocab_p, text: str, add_bos: bool, bos_text: str
+) -> list[int]:
+    """Tokens of a rendered prompt. Templates usually write the BOS text
+    themselves; it is dropped here and added as the real token instead, so
+    there is exactly one."""
+    if add_bos and bos_text and text.startswith(bos_text):
+        text = text[len(bos_text) :]
+    data = text.encode("utf-8")
+    size = len(data) + 2
+    while True:
+        buf = (llama_cpp.llama_token * size)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, size, add_bos, True)
+        if n >= 0:
+            return list(buf[:n])
+        size = -n
+
+
+def token_piece(vocab: llama_cpp.llama_vocab_p, token: int) -> bytes:
+    """The bytes of one token, special tokens rendered as their text."""
+    size = 64
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_token_to_piece(vocab, token, buf, size, 0, True)
+        if n >= 0:
+            return buf.raw[:n]
+        size = -n
 
 
 def _metadata(handle: llama_cpp.llama_model_p) -> dict[str, str]:

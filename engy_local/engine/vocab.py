@@ -12,14 +12,13 @@ imports llama_cpp.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import llama_cpp
 
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
 from .families import Family, detect, get
-from .model import ModelLoadError
+from .model import ModelLoadError, token_piece, tokenize_text
 from .template import ChatTemplate
 
 
@@ -70,27 +69,10 @@ class Vocabulary:
     def tokenize(self, text: str) -> list[int]:
         """As `Model.tokenize`: the template's BOS text becomes the one real
         BOS token."""
-        if self.add_bos and self.bos_text and text.startswith(self.bos_text):
-            text = text[len(self.bos_text) :]
-        data = text.encode("utf-8")
-        size = len(data) + 2
-        while True:
-            buf = (llama_cpp.llama_token * size)()
-            vocab, bos = self._vocab, self.add_bos
-            n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, size, bos, True)
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
+        return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
 
     def piece(self, token: int) -> bytes:
-        """The bytes of one token, special tokens as their text."""
-        size = 64
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, size, 0, True)
-            if n >= 0:
-                return buf.raw[:n]
-            size = -n
+        return token_piece(self._vocab, token)
 
     def is_end(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
