@@ -550,8 +550,10 @@ def test_history_is_kept_across_runs(
 def test_ctrl_c_stops_an_answer_and_the_session_goes_on(
     tiny_qwen3: Path, tiny_answer: Path, tmp_path: Path, terminals: list[Terminal]
 ) -> None:
-    # This tiny model writes '"' for ever: only Ctrl-C ends its answers.
-    term = Terminal(str(tiny_qwen3), "--ctx-size", "4096", home=tmp_path / "home")
+    # This tiny model writes '"' for ever: only Ctrl-C ends its answers. The
+    # window is large enough that a loaded machine's Ctrl-C still arrives
+    # long before the answer could fill it (4,096 took 17 s here).
+    term = Terminal(str(tiny_qwen3), "--ctx-size", "32768", home=tmp_path / "home")
     terminals.append(term)
     for question in ("Tell me a long story.", "Another one?"):
         term.send(question)

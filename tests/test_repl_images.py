@@ -12,6 +12,14 @@ from conftest import ANSWER, EngyServer
 from images import BLUE, RED, png
 from test_repl import Terminal, terminals  # noqa: F401 - the fixture
 
+# The spinner's words stay in the raw capture, glued to what overwrote them
+# ("processing the promptred"): drop them before looking at the answer.
+_SPINNER = re.compile(r"[\u2800-\u28ff] (?:waiting|processing the prompt|loading model\.\.\.)")
+
+
+def answer_of(out: str) -> str:
+    return _SPINNER.sub(" ", out)
+
 
 def test_an_image_goes_with_the_next_message(
     tiny_vision: tuple[Path, Path],
@@ -29,14 +37,14 @@ def test_an_image_goes_with_the_next_message(
     assert "image red.png" in out and "goes with your next message" in out
     out = term.run("What colour is this?")
     # (the answer is " red"; markdown rendering may drop its leading space)
-    assert re.search(r"\bred\b", out) and ANSWER not in out
+    assert re.search(r"\bred\b", answer_of(out)) and ANSWER not in out
 
     assert "conversation cleared" in term.run("/clear")
     # A dropped file arrives as its path, quoted: it is attached, not sent
     # (nor taken for a command by its leading slash).
     out = term.run(f"'{blue}'")
     assert "image a blue.png" in out
-    assert re.search(r"\bblue\b", term.run("And this one?"))
+    assert re.search(r"\bblue\b", answer_of(term.run("And this one?")))
 
     out = term.run(f"/image {tmp_path / 'missing.png'}")
     assert "error: cannot read" in out
@@ -69,7 +77,9 @@ def test_a_model_without_a_projector_says_so(
 
 
 def test_an_image_goes_through_a_running_server_too(
-    tiny_vision: tuple[Path, Path], tmp_path: Path, terminals: list[Terminal]  # noqa: F811
+    tiny_vision: tuple[Path, Path],
+    tmp_path: Path,
+    terminals: list[Terminal],  # noqa: F811
 ) -> None:
     model, projector = tiny_vision
     server = EngyServer(str(model), "--mmproj", str(projector), "--ctx-size", "4096")
@@ -79,7 +89,7 @@ def test_an_image_goes_through_a_running_server_too(
         term = Terminal("--url", server.url, home=tmp_path / "home")
         terminals.append(term)
         assert "goes with your next message" in term.run(f"/image {blue}")
-        assert re.search(r"\bblue\b", term.run("What colour?"))
+        assert re.search(r"\bblue\b", answer_of(term.run("What colour?")))
         assert term.leave() == 0
     finally:
         server.stop()

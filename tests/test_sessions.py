@@ -106,7 +106,7 @@ GEMMA_PROMPTS = [
     "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
     "Monday, Tuesday, Wednesday, Thursday,",
     "a b c d e f g h i j k",
-    "January February March April May",
+    "10, 20, 30, 40, 50, 60, 70,",
 ]
 
 

@@ -165,3 +165,11 @@ def test_older_turns_held_elsewhere_are_taken_first() -> None:
 def test_what_the_ram_cache_holds_is_not_saved_again() -> None:
     plan = choose(TITLE, slots(CONV_A), 0, 256, saved=lambda t: t == CONV_A)
     assert plan is not None and plan.slot == 0 and not plan.save
+
+
+def test_a_stale_conversation_goes_before_the_one_that_just_spoke() -> None:
+    # Four sequences hold short conversations (too short to save); the one
+    # in sequence 2 just spoke. A stranger takes the least recently used.
+    held = [list(range(k * 1000, k * 1000 + n)) for k, n in enumerate((200, 60, 140, 90))]
+    plan = choose(TITLE, slots(*held, used=(3, 1, 9, 2)), 0, 256)
+    assert plan is not None and plan.slot == 1 and not plan.save

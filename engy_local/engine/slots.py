@@ -110,11 +110,14 @@ def choose(
                 return 0  # an older turn of a conversation another sequence holds
         return dropped
 
-    def rank(s: Slot) -> tuple[bool, int, int, int]:
+    def rank(s: Slot) -> tuple[int, int, int]:
         lost = loss(s)
-        big = lost >= min_save
-        # Sequences worth saving are the last resort, least recently used first.
-        return (big, 0, 0, s.used) if big else (False, lost, -own[s.id], s.used)
+        if lost == 0:  # nothing is lost: the most of the prompt already there
+            return (0, -own[s.id], s.used)
+        # Then contents too short to save, then those worth saving: the
+        # least recently used first (a stale conversation goes before the
+        # one that just spoke, however long either is).
+        return (1 if lost < min_save else 2, 0, s.used)
 
     target = min(free, key=rank)
     options = [Option("self", own[target.id])]
