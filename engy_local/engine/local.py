@@ -60,6 +60,7 @@ class LocalGeneration:
                 except asyncio.TimeoutError:
                     yield Heartbeat()
                     continue
+                _raise_if_cancelled()
                 if item is None:
                     return
                 if isinstance(item, EngyError):
@@ -69,3 +70,13 @@ class LocalGeneration:
             # However the consumer leaves (done, error, client gone), the
             # model is released at once.
             self.cancel()
+
+
+def _raise_if_cancelled() -> None:
+    """Before Python 3.12, wait_for loses a cancellation that arrives as
+    its inner get finishes; with events pouring in that is most of the time
+    (a Ctrl-C in the REPL went unheard). The task still counts the request."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
