@@ -173,3 +173,10 @@ def test_a_stale_conversation_goes_before_the_one_that_just_spoke() -> None:
     held = [list(range(k * 1000, k * 1000 + n)) for k, n in enumerate((200, 60, 140, 90))]
     plan = choose(TITLE, slots(*held, used=(3, 1, 9, 2)), 0, 256)
     assert plan is not None and plan.slot == 1 and not plan.save
+
+
+def test_a_stale_long_conversation_is_saved_rather_than_a_fresh_short_one_dropped() -> None:
+    stale = list(range(5000, 5600))  # worth saving, but idle for long
+    fresh = list(range(7000, 7140))  # too short to save, but it just spoke
+    plan = choose(TITLE, slots(stale, fresh, used=(1, 9)), 0, 256)
+    assert plan is not None and plan.slot == 0 and plan.save

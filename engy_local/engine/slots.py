@@ -111,13 +111,11 @@ def choose(
         return dropped
 
     def rank(s: Slot) -> tuple[int, int, int]:
-        lost = loss(s)
-        if lost == 0:  # nothing is lost: the most of the prompt already there
+        if loss(s) == 0:  # nothing is lost: the most of the prompt already there
             return (0, -own[s.id], s.used)
-        # Then contents too short to save, then those worth saving: the
-        # least recently used first (a stale conversation goes before the
-        # one that just spoke, however long either is).
-        return (1 if lost < min_save else 2, 0, s.used)
+        # Then the least recently used, however long: a stale conversation
+        # goes (to the RAM cache, when worth saving) before one that just spoke.
+        return (1, 0, s.used)
 
     target = min(free, key=rank)
     options = [Option("self", own[target.id])]
