@@ -8,8 +8,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ..chat import Event, Heartbeat
+from ..chat import Event
 from ..errors import EngyError, GenerationTimeout
+from ..events import Queue, drain
 from .model import LoadOptions
 from .worker import Job
 
@@ -30,7 +31,7 @@ class LocalGeneration:
     def __init__(self, prompt_tokens: int, timeout: float | None, heartbeat: float) -> None:
         self.prompt_tokens = prompt_tokens
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Event | EngyError | None] = asyncio.Queue()
+        self._queue: Queue = asyncio.Queue()
         self._deadline = time.monotonic() + timeout if timeout else None
         self._timeout = timeout
         self._heartbeat = heartbeat
@@ -44,39 +45,19 @@ class LocalGeneration:
         if self.job is not None:
             self.job.cancelled.set()
 
+    def _next_wait(self) -> float:
+        if self._deadline is None:
+            return self._heartbeat
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise GenerationTimeout(f"generation did not finish within {self._timeout:g} s")
+        return min(self._heartbeat, remaining)
+
     async def __aiter__(self) -> AsyncIterator[Event]:
         try:
-            while True:
-                wait = self._heartbeat
-                if self._deadline is not None:
-                    remaining = self._deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise GenerationTimeout(
-                            f"generation did not finish within {self._timeout:g} s"
-                        )
-                    wait = min(wait, remaining)
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), wait)
-                except asyncio.TimeoutError:
-                    yield Heartbeat()
-                    continue
-                _raise_if_cancelled()
-                if item is None:
-                    return
-                if isinstance(item, EngyError):
-                    raise item
-                yield item
+            async for event in drain(self._queue, self._next_wait):
+                yield event
         finally:
             # However the consumer leaves (done, error, client gone), the
             # model is released at once.
             self.cancel()
-
-
-def _raise_if_cancelled() -> None:
-    """Before Python 3.12, wait_for loses a cancellation that arrives as
-    its inner get finishes; with events pouring in that is most of the time
-    (a Ctrl-C in the REPL went unheard). The task still counts the request."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    if cancelling is not None and cancelling():
-        raise asyncio.CancelledError

@@ -34,7 +34,6 @@ from ..chat import (
     ChatRequest,
     Event,
     Finished,
-    Heartbeat,
     PromptProgress,
     Started,
     StopReason,
@@ -47,6 +46,7 @@ from ..engine.pool import provider_failure
 from ..engine.prepare import Prepared, count_tokens, prepare
 from ..engine.vocab import Vocabulary
 from ..errors import Busy, EngyError, ModelNotFound, NoWorker
+from ..events import Queue, drain
 from .errors import UpstreamLost, from_status, from_transport
 from .text import AnswerText
 from .wire import ENDPOINTS, KINDS, Chunk, Kind, Reason, parse_chunk, request_body
@@ -107,23 +107,13 @@ class UpstreamGeneration:
                 self._closing = asyncio.get_running_loop().create_task(self._close())
 
     async def __aiter__(self) -> AsyncIterator[Event]:
-        queue: asyncio.Queue[Event | EngyError | None] = asyncio.Queue()
+        queue: Queue = asyncio.Queue()
         self._pump = asyncio.create_task(self._run(queue))
         try:
-            while not self._cancelled:
-                try:
-                    item = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    try:
-                        item = await asyncio.wait_for(queue.get(), self._heartbeat)
-                    except asyncio.TimeoutError:
-                        yield Heartbeat()
-                        continue
-                if item is None:
+            async for event in drain(queue, lambda: self._heartbeat):
+                if self._cancelled:
                     return
-                if isinstance(item, EngyError):
-                    raise item
-                yield item
+                yield event
         finally:
             # No await here: a cancelled consumer (the client went away) is
             # cancelled again at every await, and the upstream's stream must
@@ -137,7 +127,7 @@ class UpstreamGeneration:
             with contextlib.suppress(httpx.HTTPError):
                 await self._response.aclose()
 
-    async def _run(self, queue: asyncio.Queue[Event | EngyError | None]) -> None:
+    async def _run(self, queue: Queue) -> None:
         try:
             async for event in self._events():
                 queue.put_nowait(event)
