@@ -58,7 +58,28 @@ def gpu_backend() -> str | None:
     return "Metal" if sys.platform == "darwin" else "GPU"
 
 
-class Model:
+class Tokens:
+    """Tokenizing and detokenizing through a loaded vocabulary (`_vocab`),
+    for the model and for a vocabulary loaded alone (vocab.py)."""
+
+    _vocab: llama_cpp.llama_vocab_p
+    add_bos: bool
+    bos_text: str
+
+    def _token_text(self, token: int) -> str:
+        return self.piece(token).decode("utf-8", "replace") if token >= 0 else ""
+
+    def tokenize(self, text: str) -> list[int]:
+        return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
+
+    def piece(self, token: int) -> bytes:
+        return token_piece(self._vocab, token)
+
+    def is_end(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+
+class Model(Tokens):
     """One loaded GGUF: weights, vocabulary, template and family. Decoding
     happens in a context the model's scheduler owns (context.py);
     tokenizing and rendering are safe from any thread."""
@@ -117,20 +138,6 @@ class Model:
     def vocab(self) -> llama_cpp.llama_vocab_p:
         vocab: llama_cpp.llama_vocab_p = self._vocab
         return vocab
-
-    def _token_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        return self.piece(token).decode("utf-8", "replace")
-
-    def tokenize(self, text: str) -> list[int]:
-        return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
-
-    def piece(self, token: int) -> bytes:
-        return token_piece(self._vocab, token)
-
-    def is_end(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
         if self.projector is not None:

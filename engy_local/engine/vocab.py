@@ -18,11 +18,11 @@ import llama_cpp
 
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
 from .families import Family, detect, get
-from .model import ModelLoadError, token_piece, tokenize_text
+from .model import ModelLoadError, Tokens
 from .template import ChatTemplate
 
 
-class Vocabulary:
+class Vocabulary(Tokens):
     """A GGUF loaded with `vocab_only`: a few MB, whatever the model's size.
     `projector` is always None: images go to the local engine only."""
 
@@ -62,20 +62,6 @@ class Vocabulary:
             raise ModelLoadError(f"{path.name} has no chat template; give one (chat_template)")
         self.template = ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
         self.family: Family = get(family) if family else detect(source)
-
-    def _token_text(self, token: int) -> str:
-        return self.piece(token).decode("utf-8", "replace") if token >= 0 else ""
-
-    def tokenize(self, text: str) -> list[int]:
-        """As `Model.tokenize`: the template's BOS text becomes the one real
-        BOS token."""
-        return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
-
-    def piece(self, token: int) -> bytes:
-        return token_piece(self._vocab, token)
-
-    def is_end(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def close(self) -> None:
         if self.handle:
