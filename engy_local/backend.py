@@ -21,8 +21,9 @@ class ModelInfo:
     context_length: int  # the window as loaded (n_ctx)
     created: int  # unix seconds (the file's mtime)
     quantization: str = ""
-    backend: str = "CPU"  # CPU / CUDA / Metal
+    backend: str = "CPU"  # CPU / CUDA / Metal / RPC / upstream
     supports_images: bool = False
+    gpu: bool | None = None  # runs on a GPU (provider.gpu); None: not known
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class ModelStatus:
     aliases: tuple[str, ...] = ()
     sequences: list[SequenceStatus] = field(default_factory=list)
     images: bool = False  # loaded with a vision projector
+    split: str = ""  # where llama.cpp put the weights: layers offloaded, MiB per device
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,9 @@ from llama_cpp._logger import set_verbose
 
 from ..errors import EngyError
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
+from . import llamalog
 from .cpu import use_repacking
+from .devices import local_gpu, offload_devices
 from .families import detect, get
 from .template import ChatTemplate
 from .vision import Projector
@@ -45,17 +46,31 @@ class LoadOptions:
     cache_ram: int = 2 << 30  # bytes of saved sequence states kept in RAM
     repack: bool | None = None  # CPU weight repacking; None: decide (cpu.py)
     flash_attn: str = "auto"  # "auto" (where the backend has it), "on" or "off"
+    tensor_split: tuple[float, ...] = ()  # weights of the offload devices, in order
 
 
 def gpu_backend() -> str | None:
-    """The offload backend this llama.cpp build has, or None for CPU only."""
-    if not llama_cpp.llama_supports_gpu_offload():
-        return None
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").upper()
-    for name in ("CUDA", "METAL", "VULKAN", "HIP", "SYCL"):
-        if f"{name} :" in info or f"{name} =" in info or name in info:
-            return "Metal" if name == "METAL" else name
-    return "Metal" if sys.platform == "darwin" else "GPU"
+    """The local offload backend (CUDA, Metal ...), or None for CPU only."""
+    return local_gpu()
+
+
+def backend_label(gpu_layers: int | None) -> str:
+    """Where a model's layers run: "CPU", "CUDA", "RPC", "CUDA + RPC"."""
+    if gpu_layers == 0:
+        return "CPU"
+    found = offload_devices()
+    names = [d.backend or "GPU" for d in found if not d.remote]
+    names += ["RPC"] if any(d.remote for d in found) else []
+    return " + ".join(dict.fromkeys(names)) or "CPU"
+
+
+def label_gpu(label: str) -> bool | None:
+    """Whether a model of that backend label runs on a GPU: a local one
+    says yes, the CPU no; RPC workers alone do not say (None)."""
+    parts = set(label.split(" + "))
+    if parts == {"CPU"}:
+        return False
+    return True if parts - {"CPU", "RPC"} else None
 
 
 class Tokens:
@@ -90,11 +105,10 @@ class Model(Tokens):
         self.handle: llama_cpp.llama_model_p | None = None
         if not path.is_file():
             raise ModelLoadError(f"model file not found: {path}")
-        backend = gpu_backend()
         gpu_layers = options.gpu_layers
-        if gpu_layers is None:
-            gpu_layers = -1 if backend else 0
-        self.backend = backend if backend and gpu_layers != 0 else "CPU"
+        if gpu_layers is None:  # every layer on the GPUs and RPC workers there are
+            gpu_layers = -1 if offload_devices() else 0
+        self.backend = backend_label(gpu_layers)
         self.threads = options.threads or max(1, (os.cpu_count() or 2))
         train_ctx = _trained_context(path)
         self.n_ctx = min(train_ctx, options.ctx_size) if options.ctx_size else train_ctx
@@ -105,7 +119,12 @@ class Model(Tokens):
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
         params.use_extra_bufts = self.repack
-        handle = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if options.tensor_split:
+            split = (ctypes.c_float * llama_cpp.llama_max_devices())(*options.tensor_split)
+            params.tensor_split = split
+        with llamalog.captured() as lines:
+            handle = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        self.split = llamalog.parse_split("".join(lines))
         if not handle:
             raise ModelLoadError(f"could not load {path}: llama.cpp refused the file")
         self.handle = handle

@@ -21,7 +21,7 @@ from ..chat import ChatRequest, Provider
 from ..errors import Busy, ModelNotFound, NoWorker
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
 from .local import LocalGeneration, ServedModel
-from .model import Model, gpu_backend
+from .model import Model, backend_label, label_gpu
 from .prepare import count_tokens, prepare
 from .worker import Job, Worker
 
@@ -91,7 +91,11 @@ def provider_failure(provider: Provider, info: ModelInfo) -> str | None:
             f"provider.min_context: {info.id} has a {info.context_length}-token window, "
             f"{provider.min_context} required"
         )
-    if provider.gpu is not None and (info.backend != "CPU") != provider.gpu:
+    if provider.gpu is not None and info.gpu is None:
+        return (
+            f"provider.gpu: whether {info.id} runs on a GPU is not known (backend {info.backend})"
+        )
+    if provider.gpu is not None and info.gpu != provider.gpu:
         where = "on the GPU" if provider.gpu else "on the CPU"
         return f"provider.gpu: {info.id} does not run {where} (backend {info.backend})"
     return None
@@ -195,7 +199,7 @@ class ModelPool:
             window = _window(served, read_metadata(path))
         except (OSError, NotGGUF):
             window = 0
-        backend = gpu_backend() if served.options.gpu_layers != 0 else None
+        backend = backend_label(served.options.gpu_layers)
         return ModelInfo(
             id=served.id,
             display_name=served.id,
@@ -203,7 +207,8 @@ class ModelPool:
             context_length=window,
             created=int(path.stat().st_mtime) if path.exists() else 0,
             quantization=served.quantization,
-            backend=backend or "CPU",
+            backend=backend,
+            gpu=label_gpu(backend),
             supports_images=served.options.mmproj is not None,
         )
 
@@ -215,7 +220,10 @@ class ModelPool:
                 self._make_room(cost)
                 model = Model(served.options)
                 info = replace(
-                    self._info(served), context_length=model.n_ctx, backend=model.backend
+                    self._info(served),
+                    context_length=model.n_ctx,
+                    backend=model.backend,
+                    gpu=label_gpu(model.backend),
                 )
                 try:
                     worker = Worker(model, queue_size=self.queue_size)
@@ -285,6 +293,7 @@ class ModelPool:
                         aliases=served.aliases,
                         sequences=[SequenceStatus(**seq) for seq in lm.worker.sequences()],
                         images=lm.model.projector is not None,
+                        split=lm.model.split.line(),
                     )
                 )
         return out
