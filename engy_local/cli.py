@@ -4,6 +4,7 @@ that tests can call directly."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -163,8 +164,23 @@ def serve(
     max_images: Annotated[
         int, typer.Option("--max-images", help="Images one request may send (413 over)", min=0)
     ] = 100,
+    rpc: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--rpc",
+            help="llama.cpp RPC workers (ggml-rpc-server) to load the model onto: HOST:PORT,...",
+        ),
+    ] = None,
+    tensor_split: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--tensor-split",
+            help="How much of the model each device takes, e.g. 3,1 (RPC workers, then GPUs)",
+        ),
+    ] = None,
 ) -> None:
     """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
+    from .engine.rpc import parse_split
     from .serve import ServeOptions, run_server
 
     options = ServeOptions(
@@ -195,8 +211,10 @@ def serve(
         mmproj=mmproj.expanduser() if mmproj else None,
         max_image_bytes=max_image_bytes,
         max_images=max_images,
+        rpc=tuple(rpc or ()),
     )
     try:
+        options = replace(options, tensor_split=parse_split(tensor_split))
         run_server(options, console)
     except (CatalogError, EngyError) as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)  # one line
@@ -446,12 +464,16 @@ def doctor(
     gpu_layers: Annotated[
         str, typer.Option("--gpu-layers", help="'auto' (all when the build can offload) or N")
     ] = "auto",
+    rpc: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--rpc", help="llama.cpp RPC workers to load the model onto: HOST:PORT,..."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Check that a model works for coding agents: load, template, tools, cache, clients."""
     from .doctor import DoctorOptions, print_report, run_doctor
 
-    options = DoctorOptions(model, ctx_size or None, _gpu_layers(gpu_layers))
+    options = DoctorOptions(model, ctx_size or None, _gpu_layers(gpu_layers), rpc=tuple(rpc or ()))
     report = run_doctor(options, Console(stderr=True) if as_json else Console())
     print_report(report, as_json, Console())
     raise typer.Exit(0 if report.passed else 1)

@@ -99,6 +99,7 @@ class DoctorOptions:
     ctx_size: int | None = 32768
     gpu_layers: int | None = None
     threads: int | None = None
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers to attach before loading
 
 
 # ---- checks that need no model ------------------------------------------------
@@ -106,17 +107,39 @@ class DoctorOptions:
 
 def check_backend() -> Check:
     from .engine.model import gpu_backend
+    from .engine.rpc import build_has_rpc
 
     backend = gpu_backend()
+    rpc = "RPC workers (--rpc): " + ("built in" if build_has_rpc() else "not built in")
     if backend:
-        return Check("backend", "pass", f"{backend}: this llama.cpp build offloads to the GPU")
+        return Check(
+            "backend", "pass", f"{backend}: this llama.cpp build offloads to the GPU; {rpc}"
+        )
     return Check(
         "backend",
         "pass",
-        "CPU only: this llama.cpp build cannot offload",
+        f"CPU only: this llama.cpp build has no local GPU; {rpc}",
         'for a GPU, rebuild llama-cpp-python with CMAKE_ARGS="-DGGML_CUDA=on" (Metal: default '
         "on Apple silicon)",
     )
+
+
+def check_devices(rpc: tuple[str, ...]) -> Check:
+    """The devices layers can go to; with --rpc, the workers attached first."""
+    from .engine.devices import all_devices
+    from .engine.rpc import attach, parse_endpoints
+
+    try:
+        if rpc:
+            attach(parse_endpoints(rpc))
+    except EngyError as exc:
+        return Check(
+            "devices",
+            "fail",
+            str(exc),
+            "start the worker (ggml-rpc-server -H HOST -p PORT) from the same llama.cpp",
+        )
+    return Check("devices", "pass", "; ".join(d.line() for d in all_devices()) or "none")
 
 
 def check_cpu() -> Check:
@@ -345,6 +368,9 @@ def _model_checks(options: DoctorOptions, report: Report, say: Callable[[str], N
         for name in names[done:]:
             report.checks.append(Check(name, "skip", "skipped: the model did not load"))
 
+    if any(c.name == "devices" and c.status == "fail" for c in report.checks):
+        report.checks.append(Check("model loads", "fail", "an RPC worker failed (see devices)"))
+        return skip_rest(1)
     try:
         served = resolve_model(options.model, serve)
     except CatalogError as exc:
@@ -368,7 +394,8 @@ def _model_checks(options: DoctorOptions, report: Report, say: Callable[[str], N
                 "model loads",
                 "pass",
                 f"{served.options.path.name}: {status.backend}, "
-                f"{status.cost / (1 << 30):.2f} GiB estimated, {took:.1f} s",
+                f"{status.cost / (1 << 30):.2f} GiB estimated, {took:.1f} s"
+                + (f"; {status.split}" if status.split else ""),
             )
         )
         template = check_template(pool, served.id)
@@ -390,7 +417,7 @@ def _model_checks(options: DoctorOptions, report: Report, say: Callable[[str], N
 
 def run_doctor(options: DoctorOptions, console: Console) -> Report:
     report = Report(options.model)
-    report.checks += [check_backend(), check_cpu()]
+    report.checks += [check_backend(), check_cpu(), check_devices(options.rpc)]
     with console.status("checking...") as progress:
         _model_checks(options, report, lambda line: progress.update(line))
     report.checks += check_clients()

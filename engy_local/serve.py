@@ -9,9 +9,11 @@ from pathlib import Path
 from rich.console import Console
 
 from .engine.cpu import guard_line
+from .engine.devices import Device, offload_devices
 from .engine.local import ServedModel
 from .engine.model import LoadOptions
 from .engine.pool import ModelPool
+from .engine.rpc import attach, parse_endpoints
 from .errors import EngyError
 from .guard import AccessPolicy, is_loopback
 from .models.catalog import Catalog, CatalogError, Entry, load_catalog
@@ -52,6 +54,8 @@ class ServeOptions:
     mmproj: Path | None = None  # vision projector of the model given as MODEL
     max_image_bytes: int = MAX_IMAGE_BYTES  # one image, decoded
     max_images: int = MAX_IMAGES  # images in one request
+    rpc: tuple[str, ...] = ()  # --rpc HOST:PORT,...: llama.cpp RPC workers as devices
+    tensor_split: tuple[float, ...] = ()  # weights of the devices layers go to
 
 
 def check_exposure(options: ServeOptions) -> None:
@@ -83,6 +87,7 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         cache_ram=options.cache_ram,
         repack=options.repack,
         mmproj=record.mmproj or _beside(record, entry),
+        tensor_split=options.tensor_split,
     )
     names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
     aliases = tuple(dict.fromkeys(n for n in names if n != record.id))
@@ -141,9 +146,25 @@ def served_models(ref: str | None, options: ServeOptions) -> tuple[list[ServedMo
 def build_backend(options: ServeOptions) -> Served:
     """The pool of models to serve, with the primary one loaded; with
     --upstream, the upstream first (see `_with_upstream`)."""
+    attach_devices(options)
     if options.upstream:
         return _with_upstream(options, options.upstream)
     return _pool(options)
+
+
+def attach_devices(options: ServeOptions) -> list[Device]:
+    """Register the --rpc workers (each checked first, see engine/rpc.py)
+    and check --tensor-split against the devices there are."""
+    workers = attach(parse_endpoints(options.rpc)) if options.rpc else []
+    if options.tensor_split:
+        found = offload_devices()
+        if len(options.tensor_split) > len(found):
+            names = ", ".join(d.name for d in found) or "none"
+            raise EngyError(
+                f"--tensor-split has {len(options.tensor_split)} weights for "
+                f"{len(found)} devices ({names})"
+            )
+    return workers
 
 
 def _with_upstream(options: ServeOptions, url: str) -> Routed:
@@ -200,6 +221,11 @@ def run_server(options: ServeOptions, console: Console) -> None:
     if others:
         console.print(f"  also      {', '.join(others)} (loaded on first use)")
     console.print(f"  backend   {info.backend}  (CPU: {guard_line()})")
+    for device in offload_devices():
+        console.print(f"  device    {device.line()}", highlight=False, soft_wrap=True)
+    split = next((m.split for m in backend.status() if m.id == info.id), "")
+    if split:
+        console.print(f"  split     {split}", highlight=False, soft_wrap=True)
     console.print(
         f"  context   {info.context_length} tokens, {options.parallel} conversations at once"
     )
