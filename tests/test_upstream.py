@@ -383,3 +383,51 @@ def test_the_upstream_going_away_mid_stream_is_an_error_event(tiny_qwen3: Path) 
     finally:
         server.stop()
         babbler.stop()
+
+
+def _upstream_busy(upstream: LlamaServer) -> bool:
+    slots = http.get(upstream.url + "/slots").json()
+    return any(slot["is_processing"] for slot in slots)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "stream"),
+    [("/v1/messages", True), ("/v1/responses", True), ("/v1/messages", False)],
+)
+def test_a_client_going_away_stops_the_upstream(
+    tiny_qwen3: Path, endpoint: str, stream: bool
+) -> None:
+    """A client that hangs up mid-answer frees the upstream's slot, not only
+    engy's side: the upstream stops generating within seconds."""
+    babbler = LlamaServer(tiny_qwen3, ctx=32768)
+    server = EngyServer(str(tiny_qwen3), "--upstream", babbler.url, "--max-output-tokens", "30000")
+    try:
+        model = engy_openai_model(server)
+        body: dict[str, Any] = {"model": model, "stream": stream}
+        if endpoint == "/v1/messages":
+            body |= {"max_tokens": 30000, "messages": MESSAGES}
+        else:
+            body |= {"max_output_tokens": 15000, "input": "Say hello."}  # fits the window
+        if stream:
+            deltas = 0
+            with (
+                httpx.Client(timeout=TIMEOUT) as client,
+                client.stream("POST", server.url + endpoint, json=body) as r,
+            ):
+                assert r.status_code == 200
+                for event, _ in _sse_events(r):
+                    deltas += event.endswith("delta")
+                    if deltas >= 5:
+                        assert _upstream_busy(babbler)  # still writing the 30000 tokens
+                        break  # and hang up
+        else:
+            # 30000 tokens take minutes: the client gives up after 2 s and hangs up
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(server.url + endpoint, json=body, timeout=2)
+        deadline = time.monotonic() + 10
+        while _upstream_busy(babbler) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _upstream_busy(babbler), "the upstream still generates for a gone client"
+    finally:
+        server.stop()
+        babbler.stop()

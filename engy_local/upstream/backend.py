@@ -98,7 +98,10 @@ class UpstreamGeneration:
 
     def cancel(self) -> None:
         """Stops reading and closes the upstream's stream at once, which
-        stops its generation."""
+        stops its generation. Once only: a second cancel of the pump would
+        interrupt httpcore closing the connection on the first."""
+        if self._cancelled:
+            return
         self._cancelled = True
         if self._pump is not None:
             self._pump.cancel()  # its last word (None) ends the iteration
@@ -107,6 +110,8 @@ class UpstreamGeneration:
                 self._closing = asyncio.get_running_loop().create_task(self._close())
 
     async def __aiter__(self) -> AsyncIterator[Event]:
+        if self._cancelled:
+            return
         queue: Queue = asyncio.Queue()
         self._pump = asyncio.create_task(self._run(queue))
         try:
@@ -124,6 +129,11 @@ class UpstreamGeneration:
         if not self._closed:
             self._closed = True
             self._backend.release()
+            # The pump's read ends first (httpcore closes the connection as
+            # the read is interrupted); closed from here meanwhile, the
+            # socket would stay open and the upstream generate into it.
+            if self._pump is not None:
+                await asyncio.wait({self._pump}, timeout=5)
             with contextlib.suppress(httpx.HTTPError):
                 await self._response.aclose()
 
