@@ -106,10 +106,12 @@ def serve(
         ),
     ] = 1800,
     upstream: Annotated[
-        Optional[str],  # noqa: UP045
+        Optional[list[str]],  # noqa: UP045
         typer.Option(
             "--upstream",
-            help="Run the tokens on this engine (llama-server, vLLM, SGLang): http://HOST:PORT",
+            help="Run the tokens on this engine (llama-server, vLLM, SGLang): "
+            "http://HOST:PORT[;kind=..;model=..;tokenizer=..;key=..;gpu=..;quantization=..] "
+            "(repeat for several)",
         ),
     ] = None,
     upstream_kind: Annotated[
@@ -130,7 +132,8 @@ def serve(
         Optional[str],  # noqa: UP045
         typer.Option(
             "--tokenizer",
-            help="GGUF whose vocabulary and template the upstream gets (default: MODEL)",
+            help="The upstreams' vocabulary and template: a GGUF, a model id, or a Hugging "
+            "Face tokenizer.json or snapshot directory (default: MODEL)",
         ),
     ] = None,
     parallel: Annotated[
@@ -200,7 +203,7 @@ def serve(
         queue_size=queue_size,
         memory_budget=int(memory_budget * (1 << 30)) or None,
         keep_alive=keep_alive or None,
-        upstream=upstream or None,
+        upstream=tuple(upstream or ()),
         upstream_kind=upstream_kind,
         upstream_model=upstream_model or None,
         upstream_key=upstream_key or None,

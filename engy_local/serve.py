@@ -10,6 +10,7 @@ from rich.console import Console
 
 from .engine.cpu import guard_line
 from .engine.devices import Device, offload_devices
+from .engine.hfvocab import is_hf_tokenizer
 from .engine.local import ServedModel
 from .engine.model import LoadOptions
 from .engine.pool import ModelPool
@@ -21,7 +22,15 @@ from .models.store import Installed, find, installed, locate
 from .protocols.images import MAX_IMAGE_BYTES, MAX_IMAGES, ImageLimits
 from .server import Settings, create_app
 from .shutdown import DEFAULT_GRACE, Drain, GracefulServer
-from .upstream import Routed, UpstreamBackend, upstream_options
+from .upstream import (
+    Routed,
+    UpstreamBackend,
+    UpstreamOptions,
+    UpstreamSpec,
+    hf_upstream_options,
+    parse_specs,
+    upstream_options,
+)
 from .upstream.routing import Served
 
 
@@ -39,11 +48,11 @@ class ServeOptions:
     queue_size: int = 16
     memory_budget: int | None = None  # bytes; None: 80% of RAM
     keep_alive: float | None = 1800.0  # seconds an idle model stays loaded
-    upstream: str | None = None  # --upstream URL: an engine elsewhere runs the tokens
+    upstream: tuple[str, ...] = ()  # --upstream URL[;k=v...]: engines elsewhere run the tokens
     upstream_kind: str = "llamacpp"  # its completions dialect: llamacpp or openai
     upstream_model: str | None = None  # the name the upstream knows it by
     upstream_key: str | None = None  # sent to the upstream as a bearer token
-    tokenizer: str | None = None  # the upstream's GGUF (vocabulary, template); None: MODEL
+    tokenizer: str | None = None  # the upstreams' GGUF or HF tokenizer; None: MODEL
     parallel: int = 4  # KV sequences per model
     cache_ram: int = 2 << 30  # bytes of saved sequence states per model
     repack: bool | None = None  # CPU weight repacking; None: the AMX guard decides
@@ -145,10 +154,10 @@ def served_models(ref: str | None, options: ServeOptions) -> tuple[list[ServedMo
 
 def build_backend(options: ServeOptions) -> Served:
     """The pool of models to serve, with the primary one loaded; with
-    --upstream, the upstream first (see `_with_upstream`)."""
+    --upstream, the upstreams first (see `_with_upstreams`)."""
     attach_devices(options)
     if options.upstream:
-        return _with_upstream(options, options.upstream)
+        return _with_upstreams(options)
     return _pool(options)
 
 
@@ -167,24 +176,67 @@ def attach_devices(options: ServeOptions) -> list[Device]:
     return workers
 
 
-def _with_upstream(options: ServeOptions, url: str) -> Routed:
-    """The upstream, with the vocabulary and template of --tokenizer, else
-    of MODEL. Given --tokenizer, MODEL (or the default and the installed
-    models) is served here as well, each request routed by its model."""
-    kind = options.upstream_kind
-    tokenizer = resolve_model(options.tokenizer or options.model, options)
-    upstream = UpstreamBackend(
-        upstream_options(
-            tokenizer, url, kind=kind, model=options.upstream_model, key=options.upstream_key
-        ),
-        output_cap=options.max_output_tokens,
-        queue_size=options.queue_size,
-        timeout=options.timeout,
+def upstream_specs(options: ServeOptions) -> list[UpstreamSpec]:
+    """Each --upstream with the --upstream-* flags and --tokenizer as the
+    settings it does not give itself."""
+    defaults = UpstreamSpec(
+        "",
+        kind=options.upstream_kind,
+        model=options.upstream_model,
+        key=options.upstream_key,
+        tokenizer=options.tokenizer,
     )
-    backends: list[Served] = [upstream]
-    if options.tokenizer:
-        backends.append(_pool(options))
+    return parse_specs(options.upstream, defaults)
+
+
+def _with_upstreams(options: ServeOptions) -> Routed:
+    """The upstreams, each with the vocabulary and template of its tokenizer
+    (a GGUF, a model id or a Hugging Face tokenizer), else of MODEL. When
+    every upstream has its own, MODEL (or the default and the installed
+    models) is served here as well, each request routed by its model."""
+    specs = upstream_specs(options)
+    upstreams: list[UpstreamBackend] = []
+    try:
+        for spec in specs:
+            upstreams.append(
+                UpstreamBackend(
+                    _upstream_options(spec, options),
+                    output_cap=options.max_output_tokens,
+                    queue_size=options.queue_size,
+                    timeout=options.timeout,
+                )
+            )
+        _check_names(upstreams)
+        backends: list[Served] = [*upstreams]
+        if all(spec.tokenizer for spec in specs):
+            backends.append(_pool(options))
+    except BaseException:
+        for upstream in upstreams:
+            upstream.close()
+        raise
     return Routed(backends, options.max_output_tokens)
+
+
+def _upstream_options(spec: UpstreamSpec, options: ServeOptions) -> UpstreamOptions:
+    if spec.tokenizer:
+        path = Path(spec.tokenizer).expanduser()
+        if is_hf_tokenizer(path):
+            return hf_upstream_options(path, spec, options.ctx_size)
+    return upstream_options(resolve_model(spec.tokenizer or options.model, options), spec)
+
+
+def _check_names(upstreams: list[UpstreamBackend]) -> None:
+    """Two upstreams under one id could not be told apart (an alias goes to
+    the first that has it)."""
+    seen: dict[str, str] = {}
+    for upstream in upstreams:
+        name = upstream.options.id
+        if name in seen:
+            raise EngyError(
+                f"{seen[name]} and {upstream.url} would both serve {name!r}: give each "
+                "--upstream its own model= (or tokenizer=)"
+            )
+        seen[name] = upstream.url
 
 
 def _pool(options: ServeOptions) -> ModelPool:
@@ -229,8 +281,8 @@ def run_server(options: ServeOptions, console: Console) -> None:
     console.print(
         f"  context   {info.context_length} tokens, {options.parallel} conversations at once"
     )
-    if options.upstream:
-        console.print(f"  upstream  {options.upstream} ({options.upstream_kind})")
+    for spec in upstream_specs(options) if options.upstream else ():
+        console.print(f"  upstream  {spec.url} ({spec.kind})", highlight=False)
     console.print(f"  url       {url}  (POST /v1/messages, POST /v1/responses)")
     console.print(f"  Claude Code: ANTHROPIC_BASE_URL={url} claude --model {info.id}")
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)

@@ -283,6 +283,9 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
                 "owned_by": "engy",
                 "max_input_tokens": m.context_length,
                 "supports_images": m.supports_images,
+                "quantization": m.quantization or None,
+                "backend": m.backend,
+                "gpu": m.gpu,
             }
             for m in backend.models()
         ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +27,16 @@ import pytest
 from conftest import ANSWER, CACHE, EngyServer, free_port
 
 from engy_local.engine.decode import StopScanner
-from engy_local.errors import Busy, GenerationTimeout, InvalidRequest, NoWorker, ServerError
+from engy_local.errors import (
+    Busy,
+    EngyError,
+    GenerationTimeout,
+    InvalidRequest,
+    NoWorker,
+    ServerError,
+)
 from engy_local.upstream.errors import UpstreamLost, from_status, from_transport
+from engy_local.upstream.spec import UpstreamSpec, parse_spec
 from engy_local.upstream.wire import Chunk, parse_chunk, request_body
 
 TIMEOUT = 120
@@ -428,6 +437,106 @@ def test_a_client_going_away_stops_the_upstream(
         while _upstream_busy(babbler) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _upstream_busy(babbler), "the upstream still generates for a gone client"
+    finally:
+        server.stop()
+        babbler.stop()
+
+
+# ---- several upstreams -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("http://a:8000", UpstreamSpec("http://a:8000")),
+        ("http://a:8000/", UpstreamSpec("http://a:8000")),
+        (
+            "http://a:8000; kind=openai; model=qwen3; key=k; gpu=true; quantization=BF16",
+            UpstreamSpec("http://a:8000", "openai", "qwen3", "k", None, True, "BF16"),
+        ),
+        (
+            "https://b;tokenizer=~/hf/qwen3;gpu=no",
+            UpstreamSpec("https://b", tokenizer="~/hf/qwen3", gpu=False),
+        ),
+    ],
+)
+def test_upstream_specs_parse(text: str, spec: UpstreamSpec) -> None:
+    assert parse_spec(text) == spec
+
+
+def test_upstream_spec_takes_the_flags_as_defaults() -> None:
+    defaults = UpstreamSpec("", kind="openai", model="m", key="k", tokenizer="t.gguf")
+    assert parse_spec("http://a;model=n", defaults) == UpstreamSpec(
+        "http://a", "openai", "n", "k", "t.gguf"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a:8000", "expected an http:// or https:// URL"),
+        ("ftp://a", "expected an http:// or https:// URL"),
+        ("http://a;colour=red", "'colour=red' is not one of kind=, model="),
+        ("http://a;model", "'model' is not one of"),
+        ("http://a;model=x;model=y", "model= is given twice"),
+        ("http://a;gpu=maybe", "gpu= takes true or false"),
+        ("http://a;kind=grpc", "kind= is one of llamacpp, openai"),
+    ],
+)
+def test_upstream_specs_refused(text: str, message: str) -> None:
+    with pytest.raises(EngyError, match=message):
+        parse_spec(text)
+
+
+def test_two_upstreams_with_one_name_are_refused(tiny_answer: Path) -> None:
+    cmd = [sys.executable, "-m", "engy_local.cli", "serve", str(tiny_answer), "--port", "1"]
+    cmd += ["--upstream", "http://127.0.0.1:9", "--upstream", "http://127.0.0.1:10"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "would both serve" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_several_upstreams_are_workers_like_any_other(
+    upstream: LlamaServer, tiny_answer: Path, tiny_qwen3: Path
+) -> None:
+    """Two llama-servers behind one engy: each request goes to the one its
+    model names; GET /v1/models, the provider object and engy ps see each
+    with its configured (or reported) gpu and quantization."""
+    from engy_local.ps import fetch_status
+
+    babbler = LlamaServer(tiny_qwen3)
+    server = EngyServer(
+        str(tiny_answer),
+        "--upstream",
+        f"{upstream.url};model=up-a",
+        "--upstream",
+        f"{babbler.url};model=up-b;gpu=true;quantization=Q8_0",
+    )
+    try:
+        listed = {m["id"]: m for m in http.get(server.url + "/v1/models").json()["data"]}
+        assert set(listed) == {"up-a", "up-b"}  # MODEL is both upstreams' tokenizer only
+        assert (listed["up-a"]["gpu"], listed["up-b"]["gpu"]) == (None, True)
+        assert listed["up-b"]["quantization"] == "Q8_0"
+
+        def ask(model: str, provider: dict[str, Any] | None = None) -> httpx.Response:
+            body: dict[str, Any] = {"model": model, "max_tokens": 8, "messages": MESSAGES}
+            if provider is not None:
+                body["provider"] = provider
+            return http.post(server.url + "/v1/messages", json=body)
+
+        a, b = ask("up-a"), ask("up-b")
+        assert a.status_code == b.status_code == 200, a.text + b.text
+        assert a.json()["content"][0]["text"] == ANSWER  # tiny_answer's, from up-a
+        assert b.json()["usage"]["output_tokens"] == 8  # the babbler runs to the limit
+        assert ask("up-b", {"gpu": True, "quantizations": ["q8_0"]}).status_code == 200
+        refused = ask("up-a", {"gpu": True})
+        assert refused.status_code == 503
+        assert "whether up-a runs on a GPU is not known" in refused.json()["error"]["message"]
+        assert ask("up-b", {"gpu": False}).status_code == 503
+        status = {s.id: s for s in fetch_status(server.url, None)}
+        assert set(status) == {"up-a", "up-b"} and status["up-b"].quantization == "Q8_0"
+        assert status["up-a"].backend == status["up-b"].backend == "upstream"
     finally:
         server.stop()
         babbler.stop()

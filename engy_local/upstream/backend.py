@@ -41,13 +41,16 @@ from ..chat import (
     ToolCallEnd,
     Usage,
 )
+from ..engine.hfvocab import HFVocabulary, is_hf_tokenizer
 from ..engine.local import ServedModel
 from ..engine.pool import provider_failure
 from ..engine.prepare import Prepared, count_tokens, prepare
 from ..engine.vocab import Vocabulary
 from ..errors import Busy, EngyError, ModelNotFound, NoWorker
 from ..events import Queue, drain
+from ..models.catalog import quant_of
 from .errors import UpstreamLost, from_status, from_transport
+from .spec import UpstreamSpec
 from .text import AnswerText
 from .wire import ENDPOINTS, KINDS, Chunk, Kind, Reason, parse_chunk, request_body
 
@@ -63,7 +66,7 @@ _REASONS: dict[Reason, StopReason] = {
 @dataclass(frozen=True)
 class UpstreamOptions:
     url: str  # the upstream's base URL: http://host:port
-    tokenizer: Path  # the GGUF whose vocabulary and chat template are used
+    tokenizer: Path  # the GGUF (or HF tokenizer) whose vocabulary and template are used
     id: str  # the model id engy serves it as
     kind: Kind = "llamacpp"
     model: str | None = None  # the name sent to the upstream (openai kind)
@@ -74,6 +77,7 @@ class UpstreamOptions:
     ctx_size: int | None = None  # cap on the window (None: the upstream's)
     quantization: str = ""
     backend: str = "upstream"  # what GET /v1/models and engy ps call its device
+    gpu: bool | None = None  # runs on a GPU, as configured (None: not known)
 
 
 class UpstreamGeneration:
@@ -257,9 +261,11 @@ class UpstreamBackend:
         self.heartbeat = heartbeat
         self.limit = parallel + queue_size  # requests in flight before 429
         self.in_flight = 0
-        self.vocab = Vocabulary(
+        vocabulary = HFVocabulary if is_hf_tokenizer(options.tokenizer) else Vocabulary
+        self.vocab: Vocabulary | HFVocabulary = vocabulary(
             options.tokenizer, chat_template=options.chat_template, family=options.family
         )
+        self.quantization = options.quantization
         self._headers = {"authorization": f"Bearer {options.key}"} if options.key else {}
         self._timeout = httpx.Timeout(connect=5.0, read=timeout, write=30.0, pool=5.0)
         # One client per event loop (the server has one; tests may make more).
@@ -278,6 +284,8 @@ class UpstreamBackend:
                 props = httpx.get(f"{self.url}/props", headers=headers, timeout=5).json()
                 settings = props.get("default_generation_settings") or {}
                 window = settings.get("n_ctx") or (settings.get("params") or {}).get("n_ctx")
+                served_file = Path(str(props.get("model_path") or "")).name
+                self.quantization = self.quantization or quant_of(served_file) or ""
             else:
                 listed = httpx.get(f"{self.url}/v1/models", headers=headers, timeout=5).json()
                 for entry in listed.get("data") or []:
@@ -305,8 +313,9 @@ class UpstreamBackend:
             path=str(path),
             context_length=self.vocab.n_ctx,
             created=int(path.stat().st_mtime) if path.exists() else 0,
-            quantization=self.options.quantization,
+            quantization=self.quantization,
             backend=self.options.backend,
+            gpu=self.options.gpu,
         )
 
     def models(self) -> list[ModelInfo]:
@@ -385,7 +394,7 @@ class UpstreamBackend:
                 busy=self.in_flight > 0,
                 family=family.name,
                 thinking=family.thinking is not None or template.thinking_switch is not None,
-                quantization=self.options.quantization,
+                quantization=self.quantization,
                 aliases=self.options.aliases,
             )
         ]
@@ -397,33 +406,56 @@ class UpstreamBackend:
         self.vocab.close()
 
 
-def upstream_options(
-    served: ServedModel,
-    url: str,
-    *,
-    kind: str = "llamacpp",
-    model: str | None = None,
-    key: str | None = None,
-) -> UpstreamOptions:
-    """The upstream of `engy serve --upstream URL`, its vocabulary and
-    template those of `served` (MODEL, or --tokenizer), with its catalog
-    settings (a chat template, a family override). It is served as
-    --upstream-model when given, else under the GGUF's id and aliases."""
-    dialect = next((k for k in KINDS if k == kind), None)
-    if dialect is None:
-        raise EngyError(f"--upstream-kind {kind!r}: one of {', '.join(KINDS)}")
-    load = served.options
+def upstream_options(served: ServedModel, spec: UpstreamSpec) -> UpstreamOptions:
+    """An upstream whose vocabulary and template are those of `served` (MODEL,
+    or its tokenizer= GGUF), with its catalog settings (a chat template, a
+    family override). It is served as its model= when given, else under the
+    GGUF's id and aliases."""
+    load, model = served.options, spec.model
     names = (served.id, *served.aliases)
     return UpstreamOptions(
-        url=url,
+        url=spec.url,
         tokenizer=load.path,
         id=model or served.id,
-        kind=dialect,
+        kind=_kind(spec.kind),
         model=model,
-        key=key,
+        key=spec.key,
         aliases=tuple(n for n in names if n != (model or served.id)),
         chat_template=load.chat_template,
         family=load.family,
         ctx_size=load.ctx_size,
-        quantization=served.quantization,
+        quantization=spec.quantization or served.quantization,
+        gpu=_gpu(spec),
     )
+
+
+def hf_upstream_options(path: Path, spec: UpstreamSpec, ctx_size: int | None) -> UpstreamOptions:
+    """An upstream with a Hugging Face tokenizer (its snapshot's directory or
+    tokenizer.json): served as its model=, else under the directory's name."""
+    folder = path if path.is_dir() else path.parent
+    return UpstreamOptions(
+        url=spec.url,
+        tokenizer=path,
+        id=spec.model or folder.resolve().name,
+        kind=_kind(spec.kind),
+        model=spec.model,
+        key=spec.key,
+        ctx_size=ctx_size,
+        quantization=spec.quantization or "",
+        gpu=_gpu(spec),
+    )
+
+
+def _kind(kind: str) -> Kind:
+    dialect = next((k for k in KINDS if k == kind), None)
+    if dialect is None:
+        raise EngyError(f"--upstream-kind {kind!r}: one of {', '.join(KINDS)}")
+    return dialect
+
+
+def _gpu(spec: UpstreamSpec) -> bool | None:
+    """As configured; vLLM and SGLang (the openai kind) run on GPUs; what a
+    llama-server runs on it does not say."""
+    if spec.gpu is not None:
+        return spec.gpu
+    return True if spec.kind == "openai" else None

@@ -6,14 +6,22 @@ can be told apart from text and cut off where they match."""
 from __future__ import annotations
 
 import codecs
+from typing import Protocol
 
 from ..engine.decode import StopScanner
-from ..engine.vocab import Vocabulary
 from .wire import Reason
 
 
+class Pieces(Protocol):
+    """A vocabulary: the GGUF one (engine/vocab.py) or a Hugging Face one
+    (engine/hfvocab.py)."""
+
+    def piece(self, token: int) -> bytes: ...
+    def is_end(self, token: int) -> bool: ...
+
+
 class AnswerText:
-    def __init__(self, vocab: Vocabulary, stops: tuple[str, ...]) -> None:
+    def __init__(self, vocab: Pieces, stops: tuple[str, ...]) -> None:
         self.vocab = vocab
         self.produced = 0  # token ids seen (the end token counts, as hosted APIs count it)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
