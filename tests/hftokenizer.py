@@ -50,7 +50,8 @@ def build_hf_snapshot(out: Path, template: str, vocab: str = "qwen2") -> Path:
         "add_bos_token": False,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config))
-    (out / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
+    model_config = {"max_position_embeddings": 40960, "torch_dtype": "bfloat16"}
+    (out / "config.json").write_text(json.dumps(model_config))
     ends = [tokens.index(t) for t in ("<|im_end|>", "<|endoftext|>")]
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": ends}))
     tok.save(str(out / "tokenizer.json.part"))

@@ -99,6 +99,7 @@ def test_snapshot_files_are_read(snapshot: Path) -> None:
     assert is_hf_tokenizer(snapshot) and is_hf_tokenizer(snapshot / "tokenizer.json")
     assert hf.trained_context == 40960  # config.json
     assert hf.eos_text == "<|im_end|>" and not hf.add_bos
+    assert hf.quantization == "BF16"
 
 
 def test_an_upstream_with_a_hf_tokenizer(snapshot: Path, tiny_answer: Path) -> None:
@@ -110,8 +111,10 @@ def test_an_upstream_with_a_hf_tokenizer(snapshot: Path, tiny_answer: Path) -> N
     # MODEL is served here too, beside the upstream: it counts the local tokens.
     server = EngyServer(str(tiny_answer), "--upstream", spec)
     try:
-        ids = [m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]]
+        listed = httpx.get(server.url + "/v1/models").json()["data"]
+        ids = [m["id"] for m in listed]
         assert ids[0] == "hf-tiny" and len(ids) == 2, ids
+        assert listed[0]["quantization"] == "BF16"  # the snapshot's torch_dtype
         body = {
             "model": "hf-tiny",
             "max_tokens": 32,
@@ -128,3 +131,19 @@ def test_an_upstream_with_a_hf_tokenizer(snapshot: Path, tiny_answer: Path) -> N
     finally:
         server.stop()
         upstream.stop()
+
+
+@pytest.mark.parametrize(
+    ("config", "quantization"),
+    [
+        ({"quantization_config": {"quant_method": "fp8"}, "torch_dtype": "bfloat16"}, "FP8"),
+        ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "AWQ"),
+        ({"torch_dtype": "float16"}, "F16"),
+        ({"dtype": "bfloat16"}, "BF16"),
+        ({}, ""),
+    ],
+)
+def test_the_snapshot_says_what_its_weights_are(config: dict[str, Any], quantization: str) -> None:
+    from engy_local.engine.hfvocab import _quantization
+
+    assert _quantization(config) == quantization

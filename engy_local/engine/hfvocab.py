@@ -9,7 +9,8 @@ Read from the directory of a model snapshot (or a tokenizer.json in one):
     tokenizer_config.json   chat_template, bos_token, eos_token, add_bos_token
     chat_template.jinja     the template, where newer snapshots keep it
     generation_config.json  eos_token_id: the ids that end a turn
-    config.json             max_position_embeddings: the trained window
+    config.json             max_position_embeddings: the trained window;
+                            quantization_config / torch_dtype: the weights'
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ class HFVocabulary:
             bool(config.get("add_bos_token", _post_adds_bos(spec))) and bos_id is not None
         )
         self._ends = self._end_ids(folder, config, model_config)
+        self.quantization = _quantization(model_config)
         trained = model_config.get("max_position_embeddings")
         self.trained_context = trained if isinstance(trained, int) and trained > 0 else 4096
         self.n_ctx = n_ctx or self.trained_context
@@ -186,6 +188,19 @@ class HFVocabulary:
 
     def close(self) -> None:
         pass
+
+
+_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+
+
+def _quantization(model_config: dict[str, Any]) -> str:
+    """What the snapshot's weights are: its quantization method (FP8, AWQ,
+    GPTQ ...), else their dtype (BF16 ...); "" when it does not say."""
+    method = (model_config.get("quantization_config") or {}).get("quant_method")
+    if isinstance(method, str) and method:
+        return method.upper()
+    dtype = model_config.get("torch_dtype") or model_config.get("dtype")
+    return _DTYPES.get(dtype, "") if isinstance(dtype, str) else ""
 
 
 def _post_adds_bos(spec: dict[str, Any]) -> bool:

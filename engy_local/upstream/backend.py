@@ -265,7 +265,8 @@ class UpstreamBackend:
         self.vocab: Vocabulary | HFVocabulary = vocabulary(
             options.tokenizer, chat_template=options.chat_template, family=options.family
         )
-        self.quantization = options.quantization
+        # As configured, else as the snapshot says (a GGUF's comes in options).
+        self.quantization = options.quantization or getattr(self.vocab, "quantization", "")
         self._headers = {"authorization": f"Bearer {options.key}"} if options.key else {}
         self._timeout = httpx.Timeout(connect=5.0, read=timeout, write=30.0, pool=5.0)
         # One client per event loop (the server has one; tests may make more).
