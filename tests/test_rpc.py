@@ -254,12 +254,15 @@ def ask(server: EngyServer) -> str:
 
 
 def test_model_layers_on_a_real_worker(tiny_qwen3: Path, worker: RPCWorker) -> None:
-    local = EngyServer(str(tiny_qwen3), "--parallel", "1")
+    local = EngyServer(str(tiny_qwen3), "--parallel", "1", "--cache-ram", "0")
     try:
         expected = ask(local)
+        (here,) = fetch_status(local.url, None)
     finally:
         local.stop()
-    server = EngyServer(str(tiny_qwen3), "--rpc", worker.endpoint, "--parallel", "1")
+    server = EngyServer(
+        str(tiny_qwen3), "--rpc", worker.endpoint, "--parallel", "1", "--cache-ram", "0"
+    )
     try:
         out = server.output()
         assert f"device    RPC0 ({worker.endpoint})" in out, out
@@ -274,6 +277,8 @@ def test_model_layers_on_a_real_worker(tiny_qwen3: Path, worker: RPCWorker) -> N
         (status,) = fetch_status(server.url, None)
         assert f"RPC0[{worker.endpoint}]" in status.split
         assert status.backend == "RPC"
+        # the output layer's weights are on the worker: not counted here
+        assert 0 < status.cost < here.cost * 0.75, (status.cost, here.cost)
         assert "Accepted client connection" in worker.output()
     finally:
         assert server.stop() == 0
@@ -309,3 +314,32 @@ def test_ps_shows_the_split_once_a_model_offloads() -> None:
     shown = rendered("2/2 layers offloaded, CPU_Mapped 9.3 MiB, RPC0[10.0.0.2:50052] 9.3 MiB")
     assert "SPLIT" in shown and "RPC0[10.0.0.2:50052] 9.3 MiB" in shown
     assert "SPLIT" not in rendered("0/2 layers offloaded, CPU_Mapped 18.6 MiB")
+
+
+@pytest.mark.parametrize(
+    ("log", "line", "remote"),
+    [
+        (
+            "load_tensors: offloaded 2/2 layers to GPU\n"
+            "load_tensors:   CPU_Mapped model buffer size =     9.29 MiB\n"
+            "load_tensors: RPC0[127.0.0.1:50052] model buffer size =    27.87 MiB\n",
+            "2/2 layers offloaded, CPU_Mapped 9.3 MiB, RPC0[127.0.0.1:50052] 27.9 MiB",
+            0.75,
+        ),
+        (
+            "load_tensors: offloaded 0/19 layers to GPU\n"
+            "load_tensors:   CPU_Mapped model buffer size =   241.41 MiB\n"
+            "load_tensors:   CPU_REPACK model buffer size =    36.00 MiB\n",
+            "0/19 layers offloaded, CPU_Mapped 241.4 MiB, CPU_REPACK 36.0 MiB",
+            0.0,
+        ),
+        ("load_tensors:   CPU model buffer size =    1.00 MiB\n", "CPU 1.0 MiB", 0.0),
+        ("", "", 0.0),
+    ],
+)
+def test_the_split_from_the_load_log(log: str, line: str, remote: float) -> None:
+    from engy_local.engine.llamalog import parse_split
+
+    split = parse_split(log)
+    assert split.line() == line
+    assert split.remote_share == pytest.approx(remote, abs=0.01)

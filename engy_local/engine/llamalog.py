@@ -33,6 +33,14 @@ class Split:
     layers: int | None = None
     buffers: tuple[tuple[str, float], ...] = ()  # (buffer, MiB), e.g. ("RPC0[h:p]", 30.0)
 
+    @property
+    def remote_share(self) -> float:
+        """The part of the weights on RPC workers (their buffers are named
+        RPC<n>[host:port]): memory on other machines."""
+        total = sum(mib for _, mib in self.buffers)
+        remote = sum(mib for name, mib in self.buffers if name.startswith("RPC"))
+        return remote / total if total else 0.0
+
     def line(self) -> str:
         parts = [f"{name} {mib:.1f} MiB" for name, mib in self.buffers]
         if self.offloaded is not None:

@@ -219,6 +219,10 @@ class ModelPool:
                 cost = estimate_cost(served)
                 self._make_room(cost)
                 model = Model(served.options)
+                # Weights and KV on RPC workers take no memory here.
+                kept = 1.0 - model.split.remote_share
+                cache = served.options.cache_ram
+                cost = int((cost - cache) * kept) + cache
                 info = replace(
                     self._info(served),
                     context_length=model.n_ctx,
