@@ -417,3 +417,87 @@ def test_launch_codex_applies_a_patch_through_custom_tool_call(
     ]
     calls = [i for i in items if i.get("type") == "custom_tool_call"]
     assert [c["name"] for c in calls] == ["apply_patch"], items
+
+
+def test_codex_applies_a_patch_through_an_upstream(
+    clients: Clients,  # noqa: F811
+    tmp_path: Path,
+    codex_home: Path,
+) -> None:
+    """engy in front of llama-server keeps what Codex needs of engy: the
+    upstream runs the tokens, engy's template, family parser and Responses
+    translation turn them into a custom_tool_call that applies the patch."""
+    need_fixtures()
+    from ggufs import two_turn_gguf_cached
+    from test_upstream import LlamaServer, need_llama_server
+
+    need_llama_server()
+    call = '{"name": "apply_patch","parameters":{"input":"' + PATCH + '"}}'
+    model = two_turn_gguf_cached(CACHE / "ggufs", first=call, then=AFTER_PATCH, marker="ebra")
+    upstream = LlamaServer(model, ctx=65536)  # 32768 a slot: Codex's prompt is long
+    server = EngyServer(str(model), "--upstream", upstream.url)
+    try:
+        launch = Launch(tmp_path)
+        wrap(launch.bin, clients.codex, launch.record, "argv")
+        env = launch.env()
+        env["CODEX_HOME"] = str(codex_home)
+        bypass = "--dangerously-bypass-approvals-and-sandbox"
+        cmd = ("exec", "--skip-git-repo-check", bypass, "Make hello.txt")
+        r = launch.run("codex", "--port", str(server.port), "--", *cmd, env=env)
+        assert r.returncode == 0, why(r)
+        assert "engy already running" in r.stderr, r.stderr
+        assert (launch.home / "hello.txt").read_text() == "Zebra\n", why(r)
+        assert AFTER_PATCH in r.stdout, why(r)
+        items = [
+            json.loads(line).get("payload", {})
+            for log in (codex_home / "sessions").rglob("*.jsonl")
+            for line in log.read_text().splitlines()
+        ]
+        calls = [i for i in items if i.get("type") == "custom_tool_call"]
+        assert [c["name"] for c in calls] == ["apply_patch"], items
+        check_upstream_turns(server)
+    finally:
+        server.stop()
+        upstream.stop()
+
+
+def check_upstream_turns(server: EngyServer) -> None:
+    """Both turns ran on the upstream (one request line each in engy's log),
+    and the turn after the call found the call's prompt in the upstream's
+    cache (side requests, if the client sends any, aside)."""
+    turns = [
+        dict(field.split("=", 1) for field in line.split() if "=" in field)
+        for line in server.output().splitlines()
+        if " upstream prompt=" in line
+    ]
+    called = next((i for i, t in enumerate(turns) if t["stop"] == "tool_use"), None)
+    assert called is not None and called + 1 < len(turns), server.output()
+    after = turns[called + 1]
+    assert int(after["cached"]) >= 0.9 * int(turns[called]["prompt"]), turns
+
+
+def test_claude_runs_bash_through_an_upstream(
+    clients: Clients,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The same for Claude Code on /v1/messages: a Bash call, its result, the answer."""
+    from test_upstream import LlamaServer, need_llama_server
+
+    need_llama_server()
+    model = two_turn('{"name": "Bash","parameters":{"command":"' + COMMAND + '"}}')
+    upstream = LlamaServer(model, ctx=65536)
+    server = EngyServer(str(model), "--upstream", upstream.url)
+    try:
+        launch = Launch(tmp_path)
+        wrap(launch.bin, clients.claude, launch.record, "env")
+        env = launch.env()
+        env["ANTHROPIC_API_KEY"] = "sk-ant-not-for-local-servers"
+        cmd = ("-p", "Make proof.txt", "--allowedTools", "Bash")
+        r = launch.run("claude", "--port", str(server.port), "--", *cmd, env=env)
+        assert r.returncode == 0, why(r)
+        assert (launch.home / "proof.txt").read_text() == "Zebra\n", why(r)
+        assert AFTER in r.stdout, why(r)
+        check_upstream_turns(server)
+    finally:
+        server.stop()
+        upstream.stop()
