@@ -171,10 +171,59 @@ def test_request_bodies_carry_ids_grammar_and_cache() -> None:
     native = request_body("llamacpp", [1, 2], params, None)
     assert native["prompt"] == [1, 2] and native["n_predict"] == 7
     assert native["cache_prompt"] and native["return_tokens"] and native["grammar"] == "root ::= x"
-    oai = request_body("openai", [1, 2], params, "m")
+    oai = request_body("openai", [1, 2], params, "m", "structured_outputs")
     assert oai["prompt"] == [1, 2] and oai["max_tokens"] == 7 and oai["model"] == "m"
-    assert oai["skip_special_tokens"] is False and oai["guided_grammar"] == "root ::= x"
+    assert oai["skip_special_tokens"] is False
+    assert oai["structured_outputs"] == {"grammar": "root ::= x"}
     assert oai["stop"] == ["END"] and oai["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(
+    ("kind", "dialect", "field", "value"),
+    [
+        ("openai", "structured_outputs", "structured_outputs", {"grammar": "root ::= x"}),
+        ("openai", "guided_grammar", "guided_grammar", "root ::= x"),
+        ("openai", "ebnf", "ebnf", "root ::= x"),
+        ("openai", "grammar", "grammar", "root ::= x"),
+        ("llamacpp", "grammar", "grammar", "root ::= x"),
+    ],
+)
+def test_the_grammar_goes_where_the_engine_reads_it(
+    kind: Any, dialect: Any, field: str, value: Any
+) -> None:
+    from engy_local.engine.decode import SamplingParams
+    from engy_local.upstream.wire import GRAMMARS
+
+    body = request_body(
+        kind, [1], SamplingParams(max_tokens=8, grammar="root ::= x"), None, dialect
+    )
+    assert body[field] == value
+    assert not {g for g in GRAMMARS if g != field} & set(body)  # and nowhere else
+    unset = request_body(kind, [1], SamplingParams(max_tokens=8, grammar="g"), None, "none")
+    assert not set(GRAMMARS) & set(unset)
+    assert not set(GRAMMARS) & set(
+        request_body(kind, [1], SamplingParams(max_tokens=8), None, dialect)
+    )
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "dialect"),
+    [
+        ("vllm", "0.12.0", "structured_outputs"),
+        ("vllm", "0.10.2", "structured_outputs"),
+        ("vllm", "0.10.1.1", "guided_grammar"),
+        ("vllm", "0.8.5", "guided_grammar"),
+        ("vllm", "", "structured_outputs"),  # no version said: the current API
+        ("sglang", "0.5.3", "ebnf"),
+        ("", "", "grammar"),  # neither: llama.cpp-compatible
+    ],
+)
+def test_the_engine_found_decides_the_grammar_parameter(
+    engine: str, version: str, dialect: str
+) -> None:
+    from engy_local.upstream.wire import grammar_dialect
+
+    assert grammar_dialect(engine, version) == dialect
 
 
 @pytest.mark.parametrize(
@@ -302,10 +351,16 @@ def test_responses_through_the_upstream(engy: EngyServer) -> None:
     assert final.usage.input_tokens == whole.usage.input_tokens
 
 
-def test_a_forced_call_through_the_upstream_is_valid(engy: EngyServer) -> None:
-    with anthropic.Anthropic(base_url=engy.url, api_key="x", max_retries=0) as claude:
+@pytest.mark.parametrize("dialect", ["llamacpp", "openai"])
+def test_a_forced_call_through_the_upstream_is_valid(
+    engy: EngyServer, engy_openai: EngyServer, dialect: str
+) -> None:
+    """The tiny model answers ANSWER unless constrained: a valid call means
+    the grammar reached llama-server (`grammar`, on both of its endpoints)."""
+    server = engy if dialect == "llamacpp" else engy_openai
+    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as claude:
         msg = claude.messages.create(
-            model="up-tiny",
+            model=engy_openai_model(server),
             max_tokens=200,
             messages=MESSAGES,
             tools=TOOLS,
@@ -455,8 +510,8 @@ def test_a_client_going_away_stops_the_upstream(
             UpstreamSpec("http://a:8000", "openai", "qwen3", "k", None, True, "BF16"),
         ),
         (
-            "https://b;tokenizer=~/hf/qwen3;gpu=no",
-            UpstreamSpec("https://b", tokenizer="~/hf/qwen3", gpu=False),
+            "https://b;tokenizer=~/hf/qwen3;gpu=no;grammar=ebnf",
+            UpstreamSpec("https://b", tokenizer="~/hf/qwen3", gpu=False, grammar="ebnf"),
         ),
     ],
 )
@@ -481,6 +536,8 @@ def test_upstream_spec_takes_the_flags_as_defaults() -> None:
         ("http://a;model=x;model=y", "model= is given twice"),
         ("http://a;gpu=maybe", "gpu= takes true or false"),
         ("http://a;kind=grpc", "kind= is one of llamacpp, openai"),
+        ("http://a;grammar=lark", "grammar= is one of structured_outputs, guided_grammar"),
+        ("http://a;grammar=lark", "grammar= is one of structured_outputs, guided_grammar"),
     ],
 )
 def test_upstream_specs_refused(text: str, message: str) -> None:

@@ -52,7 +52,18 @@ from ..models.catalog import quant_of
 from .errors import UpstreamLost, from_status, from_transport
 from .spec import UpstreamSpec
 from .text import AnswerText
-from .wire import ENDPOINTS, KINDS, Chunk, Kind, Reason, parse_chunk, request_body
+from .wire import (
+    ENDPOINTS,
+    GRAMMARS,
+    KINDS,
+    Chunk,
+    Grammar,
+    Kind,
+    Reason,
+    grammar_dialect,
+    parse_chunk,
+    request_body,
+)
 
 log = logging.getLogger("engy.requests")
 
@@ -78,6 +89,7 @@ class UpstreamOptions:
     quantization: str = ""
     backend: str = "upstream"  # what GET /v1/models and engy ps call its device
     gpu: bool | None = None  # runs on a GPU, as configured (None: not known)
+    grammar: Grammar | None = None  # its grammar parameter (openai kind); None: discover
 
 
 class UpstreamGeneration:
@@ -273,6 +285,7 @@ class UpstreamBackend:
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self.window_source = "trained"
+        self.grammar: Grammar = "grammar"
         self._discover(self._headers)
 
     def _discover(self, headers: dict[str, str]) -> None:
@@ -294,14 +307,43 @@ class UpstreamBackend:
                         model = model or entry.get("id")
                         window = entry.get("max_model_len")
                         break
+                engine, version = self._engine(headers)
+                self.grammar = grammar_dialect(engine, version)
+                if not engine and not self.options.grammar:
+                    log.warning(
+                        "upstream %s is neither vLLM nor SGLang: forced tool calls send "
+                        "`grammar` (set grammar= in --upstream if it takes another, or none)",
+                        self.url,
+                    )
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             log.warning("upstream %s: cannot ask for its window (%s)", self.url, exc)
+        if self.options.grammar:
+            self.grammar = self.options.grammar
+        if self.grammar == "none":
+            log.warning(
+                "upstream %s takes no grammar: forced tool calls are parsed as the model "
+                "writes them, not constrained",
+                self.url,
+            )
         self.upstream_model = model
         if isinstance(window, int) and window > 0:
             self.window_source = "upstream"
             self.vocab.n_ctx = window
         if self.options.ctx_size:
             self.vocab.n_ctx = min(self.vocab.n_ctx, self.options.ctx_size)
+
+    def _engine(self, headers: dict[str, str]) -> tuple[str, str]:
+        """Which engine serves the openai kind, and its version: SGLang
+        answers /get_server_info, vLLM /version; ("", "") when neither."""
+        for path, engine in (("/get_server_info", "sglang"), ("/version", "vllm")):
+            try:
+                r = httpx.get(f"{self.url}{path}", headers=headers, timeout=5)
+                data = r.json() if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return engine, str(data.get("version") or "")
+        return "", ""
 
     # -- Backend --------------------------------------------------------
 
@@ -346,7 +388,7 @@ class UpstreamBackend:
         if self.in_flight >= self.limit:
             raise Busy(f"too many requests for the upstream ({self.limit} in flight)", 2)
         kind, model = self.options.kind, self.upstream_model
-        body = request_body(kind, prepared.tokens, prepared.params, model)
+        body = request_body(kind, prepared.tokens, prepared.params, model, self.grammar)
         self.in_flight += 1
         try:
             response = await self._send(body)
@@ -427,6 +469,7 @@ def upstream_options(served: ServedModel, spec: UpstreamSpec) -> UpstreamOptions
         ctx_size=load.ctx_size,
         quantization=spec.quantization or served.quantization,
         gpu=_gpu(spec),
+        grammar=_grammar(spec),
     )
 
 
@@ -444,6 +487,7 @@ def hf_upstream_options(path: Path, spec: UpstreamSpec, ctx_size: int | None) ->
         ctx_size=ctx_size,
         quantization=spec.quantization or "",
         gpu=_gpu(spec),
+        grammar=_grammar(spec),
     )
 
 
@@ -452,6 +496,10 @@ def _kind(kind: str) -> Kind:
     if dialect is None:
         raise EngyError(f"--upstream-kind {kind!r}: one of {', '.join(KINDS)}")
     return dialect
+
+
+def _grammar(spec: UpstreamSpec) -> Grammar | None:
+    return next((g for g in GRAMMARS if g == spec.grammar), None)
 
 
 def _gpu(spec: UpstreamSpec) -> bool | None:

@@ -12,6 +12,8 @@ Settings a spec leaves out come from --upstream-kind, --upstream-model,
     tokenizer     a GGUF, a model id, or a Hugging Face tokenizer.json / snapshot
     gpu           true / false: what the provider object's `gpu` sees
     quantization  what `provider.quantizations` and GET /v1/models see
+    grammar       where a forced call's grammar goes (openai kind): structured_outputs,
+                  guided_grammar, ebnf, grammar or none (default: found from the engine)
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from ..errors import EngyError
-from .wire import KINDS
+from .wire import GRAMMARS, KINDS
 
-_KEYS = ("kind", "model", "key", "tokenizer", "gpu", "quantization")
+_KEYS = ("kind", "model", "key", "tokenizer", "gpu", "quantization", "grammar")
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -35,6 +37,7 @@ class UpstreamSpec:
     tokenizer: str | None = None  # None: MODEL's vocabulary and template
     gpu: bool | None = None  # None: as the kind suggests (openai: vLLM / SGLang, GPU)
     quantization: str | None = None
+    grammar: str | None = None  # None: as the engine is found to take it
 
 
 def parse_spec(text: str, defaults: UpstreamSpec | None = None) -> UpstreamSpec:
@@ -60,6 +63,8 @@ def parse_spec(text: str, defaults: UpstreamSpec | None = None) -> UpstreamSpec:
     spec = replace(spec, **values)  # type: ignore[arg-type]
     if spec.kind not in KINDS:
         raise EngyError(f"--upstream {text!r}: kind= is one of {', '.join(KINDS)}")
+    if spec.grammar is not None and spec.grammar not in GRAMMARS:
+        raise EngyError(f"--upstream {text!r}: grammar= is one of {', '.join(GRAMMARS)}")
     return spec
 
 

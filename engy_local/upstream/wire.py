@@ -11,8 +11,8 @@ Two dialects (`Kind`):
               `timings.cache_n`.
     openai    POST /v1/completions as vLLM and SGLang serve it: `prompt` as a
               list of ids, `skip_special_tokens: false` so the family's
-              markers come back as text, `guided_grammar` (vLLM, SGLang) and
-              `grammar` (llama.cpp-compatible servers) for forced calls,
+              markers come back as text, the forced call's grammar in the
+              engine's own parameter (`Grammar` below),
               `return_token_ids` (vLLM) for the ids, and the usage chunk's
               `prompt_tokens_details.cached_tokens` (vLLM with
               --enable-prompt-tokens-details, SGLang with --enable-cache-report).
@@ -36,6 +36,27 @@ KINDS: tuple[Kind, ...] = ("llamacpp", "openai")
 
 ENDPOINTS: dict[Kind, str] = {"llamacpp": "/completion", "openai": "/v1/completions"}
 
+# Where a forced call's GBNF grammar goes in an openai-kind request:
+#   structured_outputs  vLLM 0.10.2 and later ({"structured_outputs": {"grammar": G}})
+#   guided_grammar      vLLM before 0.10.2 (removed in 0.12)
+#   ebnf                SGLang (xgrammar reads GBNF)
+#   grammar             llama.cpp-compatible servers (llama-server's /v1/completions)
+#   none                the engine takes no grammar: the call is parsed as written
+Grammar = Literal["structured_outputs", "guided_grammar", "ebnf", "grammar", "none"]
+GRAMMARS: tuple[Grammar, ...] = ("structured_outputs", "guided_grammar", "ebnf", "grammar", "none")
+
+
+def grammar_dialect(engine: str, version: str) -> Grammar:
+    """The grammar parameter of an engine as discovered ("vllm", "sglang",
+    or "" when it did not say), by its version where that matters."""
+    if engine == "sglang":
+        return "ebnf"
+    if engine == "vllm":
+        parts = [int(p) for p in version.split(".")[:3] if p.isdigit()]
+        return "structured_outputs" if parts >= [0, 10, 2] or not parts else "guided_grammar"
+    return "grammar"
+
+
 # llama-server's stop_type, OpenAI's finish_reason -> why the answer ended.
 _LLAMACPP_STOPS: dict[str, Reason] = {"eos": "end", "limit": "length", "word": "stop"}
 _OPENAI_STOPS: dict[str, Reason] = {"stop": "end", "length": "length"}
@@ -56,7 +77,11 @@ class Chunk:
 
 
 def request_body(
-    kind: Kind, tokens: list[int], params: SamplingParams, model: str | None
+    kind: Kind,
+    tokens: list[int],
+    params: SamplingParams,
+    model: str | None,
+    grammar: Grammar = "grammar",
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "prompt": tokens,
@@ -75,7 +100,7 @@ def request_body(
             "return_tokens": True,
             "return_progress": True,
         }
-        if params.grammar:
+        if params.grammar and grammar != "none":
             body["grammar"] = params.grammar
         return body
     body |= {
@@ -86,9 +111,10 @@ def request_body(
     }
     if model:
         body["model"] = model
-    if params.grammar:
-        body["guided_grammar"] = params.grammar
-        body["grammar"] = params.grammar
+    if params.grammar and grammar == "structured_outputs":
+        body["structured_outputs"] = {"grammar": params.grammar}
+    elif params.grammar and grammar != "none":
+        body[grammar] = params.grammar
     return body
 
 
