@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .engine.cpu import guard_line
-from .engine.devices import Device, offload_devices
+from .engine.devices import offload_devices
 from .engine.hfvocab import is_hf_tokenizer
 from .engine.local import ServedModel
 from .engine.model import LoadOptions
@@ -161,10 +161,11 @@ def build_backend(options: ServeOptions) -> Served:
     return _pool(options)
 
 
-def attach_devices(options: ServeOptions) -> list[Device]:
+def attach_devices(options: ServeOptions) -> None:
     """Register the --rpc workers (each checked first, see engine/rpc.py)
     and check --tensor-split against the devices there are."""
-    workers = attach(parse_endpoints(options.rpc)) if options.rpc else []
+    if options.rpc:
+        attach(parse_endpoints(options.rpc))
     if options.tensor_split:
         found = offload_devices()
         if len(options.tensor_split) > len(found):
@@ -173,7 +174,6 @@ def attach_devices(options: ServeOptions) -> list[Device]:
                 f"--tensor-split has {len(options.tensor_split)} weights for "
                 f"{len(found)} devices ({names})"
             )
-    return workers
 
 
 def upstream_specs(options: ServeOptions) -> list[UpstreamSpec]:
