@@ -343,3 +343,26 @@ def test_the_split_from_the_load_log(log: str, line: str, remote: float) -> None
     split = parse_split(log)
     assert split.line() == line
     assert split.remote_share == pytest.approx(remote, abs=0.01)
+
+
+def test_a_worker_that_goes_away_ends_engy_with_one_line(
+    tiny_qwen3: Path, rpc_server_binary: Path
+) -> None:
+    """llama.cpp cannot go on without a worker's layers and aborts; engy
+    says so in one line and exits 1 instead of a backtrace and SIGABRT."""
+    lost = RPCWorker(rpc_server_binary)
+    server = EngyServer(str(tiny_qwen3), "--rpc", lost.endpoint, "--parallel", "1")
+    try:
+        ask(server)
+        lost.stop()
+        with pytest.raises(httpx.HTTPError):  # the connection ends with the process
+            ask(server)
+        assert server.proc.wait(timeout=30) == 1
+        out = server.output()
+        line = next(ln for ln in out.splitlines() if ln.startswith("error: llama.cpp stopped"))
+        assert "Remote RPC server crashed or returned malformed response" in line, out
+        assert f"RPC workers ({lost.endpoint})" in line and ".cpp:" not in line
+        assert "Traceback" not in out and "backtrace" not in out.lower()
+    finally:
+        server.stop()
+        lost.stop()

@@ -43,6 +43,8 @@ reg_dev_count = _bind("ggml_backend_reg_dev_count", _size, _p)
 reg_dev_get = _bind("ggml_backend_reg_dev_get", _p, _p, _size)
 reg_proc_address = _bind("ggml_backend_reg_get_proc_address", _p, _p, _str)
 register = _bind("ggml_backend_register", None, _p)
+# ggml_abort_callback_t ggml_set_abort_callback(ggml_abort_callback_t callback)
+set_abort_callback = _bind("ggml_set_abort_callback", _p, _p)
 
 # enum ggml_backend_dev_type
 _KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -165,7 +167,28 @@ def attach(endpoints: Sequence[Endpoint]) -> list[Device]:
     found: list[Device] = []
     for endpoint in endpoints:
         found += register(endpoint)
+    devices.set_abort_callback(ctypes.cast(_on_abort, ctypes.c_void_p))
     return found
+
+
+# void (*ggml_abort_callback_t)(const char * error_message)
+_ABORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+
+@_ABORT  # type: ignore[untyped-decorator]
+def _on_abort(message: bytes | None) -> None:
+    """ggml aborts the process when a worker goes away mid-answer (nothing
+    can go on without its layers): one line saying so, and exit 1, instead
+    of a backtrace and SIGABRT."""
+    # ggml's message starts with its source file and line: what follows says it
+    said = re.sub(r"^.*?:\d+: ", "", (message or b"").decode("utf-8", "replace")).strip()
+    workers = ", ".join(str(e) for e in _registered) or "none"
+    sys.stderr.write(
+        f"error: llama.cpp stopped ({said}); with RPC workers ({workers}) that is most often "
+        "one that went away: start it again, then engy\n"
+    )
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def main(argv: list[str]) -> int:
