@@ -106,10 +106,10 @@ class DoctorOptions:
 
 
 def check_backend() -> Check:
-    from .engine.model import gpu_backend
+    from .engine.devices import local_gpu
     from .engine.rpc import build_has_rpc
 
-    backend = gpu_backend()
+    backend = local_gpu()
     rpc = "RPC workers (--rpc): " + ("built in" if build_has_rpc() else "not built in")
     if backend:
         return Check(

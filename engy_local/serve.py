@@ -273,7 +273,7 @@ def run_server(options: ServeOptions, console: Console) -> None:
     if others:
         console.print(f"  also      {', '.join(others)} (loaded on first use)")
     console.print(f"  backend   {info.backend}  (CPU: {guard_line()})")
-    for device in offload_devices():
+    for device in offload_devices(memory=True):
         console.print(f"  device    {device.line()}", highlight=False, soft_wrap=True)
     split = next((m.split for m in backend.status() if m.id == info.id), "")
     if split:

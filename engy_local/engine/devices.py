@@ -73,9 +73,13 @@ class Device:
         return f"{self.name} ({self.description}): {memory}"
 
 
-def device(handle: int) -> Device:
+def device(handle: int, memory: bool = True) -> Device:
+    """One device; `memory=False` leaves free and total at 0. Asking an RPC
+    device its memory is a round trip to the worker, queued behind whatever
+    it is computing: not for a label on every GET /v1/models."""
     free, total = _size(0), _size(0)
-    dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
+    if memory:
+        dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
     reg = dev_reg(handle)
     return Device(
         name=_text(dev_name(handle)),
@@ -87,14 +91,14 @@ def device(handle: int) -> Device:
     )
 
 
-def all_devices() -> list[Device]:
-    return [device(dev_get(i)) for i in range(dev_count())]
+def all_devices(memory: bool = True) -> list[Device]:
+    return [device(dev_get(i), memory) for i in range(dev_count())]
 
 
-def offload_devices() -> list[Device]:
+def offload_devices(memory: bool = False) -> list[Device]:
     """Where layers go, in llama.cpp's order: RPC workers, then local GPUs
     (integrated ones only when there is no discrete one)."""
-    found = all_devices()
+    found = all_devices(memory)
     remote = [d for d in found if d.offloads and d.remote]
     gpus = [d for d in found if d.kind == "gpu" and not d.remote]
     igpus = [d for d in found if d.kind == "igpu" and not d.remote]
@@ -104,7 +108,7 @@ def offload_devices() -> list[Device]:
 def local_gpu() -> str | None:
     """The local offload backend (CUDA, Metal, Vulkan ...), or None for CPU
     only. RPC workers are not local: a build with RPC is not a GPU build."""
-    for d in all_devices():
+    for d in all_devices(memory=False):
         if d.offloads and not d.remote:
             return d.backend or "GPU"
     return None

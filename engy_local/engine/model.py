@@ -19,7 +19,7 @@ from ..errors import EngyError
 from ..models.ggufmeta import NotGGUF, read_metadata, trained_context
 from . import llamalog
 from .cpu import use_repacking
-from .devices import local_gpu, offload_devices
+from .devices import offload_devices
 from .families import detect, get
 from .template import ChatTemplate
 from .vision import Projector
@@ -47,11 +47,6 @@ class LoadOptions:
     repack: bool | None = None  # CPU weight repacking; None: decide (cpu.py)
     flash_attn: str = "auto"  # "auto" (where the backend has it), "on" or "off"
     tensor_split: tuple[float, ...] = ()  # weights of the offload devices, in order
-
-
-def gpu_backend() -> str | None:
-    """The local offload backend (CUDA, Metal ...), or None for CPU only."""
-    return local_gpu()
 
 
 def backend_label(gpu_layers: int | None) -> str:
