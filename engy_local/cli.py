@@ -183,7 +183,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
-    from .engine.rpc import parse_split
+    from .engine.rpc import parse_tensor_split
     from .serve import ServeOptions, run_server
 
     options = ServeOptions(
@@ -217,7 +217,7 @@ def serve(
         rpc=tuple(rpc or ()),
     )
     try:
-        options = replace(options, tensor_split=parse_split(tensor_split))
+        options = replace(options, tensor_split=parse_tensor_split(tensor_split))
         run_server(options, console)
     except (CatalogError, EngyError) as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)  # one line

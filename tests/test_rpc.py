@@ -26,7 +26,7 @@ import pytest
 from conftest import CACHE, EngyServer, free_port
 
 from engy_local.engine import rpc
-from engy_local.engine.rpc import Endpoint, RPCError, parse_endpoints, parse_split
+from engy_local.engine.rpc import Endpoint, RPCError, parse_endpoints, parse_tensor_split
 from engy_local.ps import fetch_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_endpoints_refused(given: str, message: str) -> None:
     ("given", "weights"), [(None, ()), ("3,1", (3.0, 1.0)), ("0.5, 0.5", (0.5, 0.5))]
 )
 def test_split_parses(given: str | None, weights: tuple[float, ...]) -> None:
-    assert parse_split(given) == weights
+    assert parse_tensor_split(given) == weights
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_split_parses(given: str | None, weights: tuple[float, ...]) -> None:
 )
 def test_split_refused(given: str, message: str) -> None:
     with pytest.raises(RPCError, match=message):
-        parse_split(given)
+        parse_tensor_split(given)
 
 
 # ---- workers that cannot serve --------------------------------------------------

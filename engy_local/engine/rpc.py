@@ -76,7 +76,7 @@ def parse_endpoints(text: str | Sequence[str]) -> list[Endpoint]:
     return out
 
 
-def parse_split(text: str | None) -> tuple[float, ...]:
+def parse_tensor_split(text: str | None) -> tuple[float, ...]:
     """`--tensor-split 3,1`: how much of the model each device takes, in
     llama.cpp's device order (RPC workers as given, then local GPUs)."""
     if not text:

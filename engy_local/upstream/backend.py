@@ -285,7 +285,7 @@ class UpstreamBackend:
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self.window_source = "trained"
-        self.grammar: Grammar = "grammar"
+        self.grammar: Grammar = "grammar"  # decided by _discover
         self._discover(self._headers)
 
     def _discover(self, headers: dict[str, str]) -> None:
@@ -307,18 +307,15 @@ class UpstreamBackend:
                         model = model or entry.get("id")
                         window = entry.get("max_model_len")
                         break
-                engine, version = self._engine(headers)
-                self.grammar = grammar_dialect(engine, version)
-                if not engine and not self.options.grammar:
-                    log.warning(
-                        "upstream %s is neither vLLM nor SGLang: forced tool calls send "
-                        "`grammar` (set grammar= in --upstream if it takes another, or none)",
-                        self.url,
-                    )
+            answered = True
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            answered = False
             log.warning("upstream %s: cannot ask for its window (%s)", self.url, exc)
+        # As configured; else asked of the engine (not reached now: `grammar`).
         if self.options.grammar:
             self.grammar = self.options.grammar
+        elif answered:
+            self.grammar = self._find_grammar(headers)
         if self.grammar == "none":
             log.warning(
                 "upstream %s takes no grammar: forced tool calls are parsed as the model "
@@ -331,6 +328,19 @@ class UpstreamBackend:
             self.vocab.n_ctx = window
         if self.options.ctx_size:
             self.vocab.n_ctx = min(self.vocab.n_ctx, self.options.ctx_size)
+
+    def _find_grammar(self, headers: dict[str, str]) -> Grammar:
+        """Where this upstream reads a grammar, when --upstream does not say."""
+        if self.options.kind == "llamacpp":
+            return "grammar"
+        engine, version = self._engine(headers)
+        if not engine:
+            log.warning(
+                "upstream %s is neither vLLM nor SGLang: forced tool calls send "
+                "`grammar` (set grammar= in --upstream if it takes another, or none)",
+                self.url,
+            )
+        return grammar_dialect(engine, version)
 
     def _engine(self, headers: dict[str, str]) -> tuple[str, str]:
         """Which engine serves the openai kind, and its version: SGLang
