@@ -394,18 +394,39 @@ def test_launch_codex_applies_a_patch_through_custom_tool_call(
     tmp_path: Path,
     codex_home: Path,
 ) -> None:
+    model = patch_model()
+    launch, r = codex_patch(clients, tmp_path, codex_home, str(model), "--port", str(free_port()))
+    check_patch_applied(launch, r, codex_home)
+
+
+def patch_model() -> Path:
+    """The two-turn model whose first turn is PATCH's apply_patch call."""
     need_fixtures()
     from ggufs import two_turn_gguf_cached
 
     call = '{"name": "apply_patch","parameters":{"input":"' + PATCH + '"}}'
-    model = two_turn_gguf_cached(CACHE / "ggufs", first=call, then=AFTER_PATCH, marker="ebra")
+    return two_turn_gguf_cached(CACHE / "ggufs", first=call, then=AFTER_PATCH, marker="ebra")
+
+
+def codex_patch(
+    clients: Clients,  # noqa: F811
+    tmp_path: Path,
+    codex_home: Path,
+    *where: str,
+) -> tuple[Launch, subprocess.CompletedProcess[str]]:
+    """`engy launch codex WHERE -- exec ... "Make hello.txt"`."""
     launch = Launch(tmp_path)
     wrap(launch.bin, clients.codex, launch.record, "argv")
     env = launch.env()
     env["CODEX_HOME"] = str(codex_home)
     bypass = "--dangerously-bypass-approvals-and-sandbox"
     cmd = ("exec", "--skip-git-repo-check", bypass, "Make hello.txt")
-    r = launch.run("codex", str(model), "--port", str(free_port()), "--", *cmd, env=env)
+    return launch, launch.run("codex", *where, "--", *cmd, env=env)
+
+
+def check_patch_applied(
+    launch: Launch, r: subprocess.CompletedProcess[str], codex_home: Path
+) -> None:
     assert r.returncode == 0, why(r)
     assert (launch.home / "hello.txt").read_text() == "Zebra\n", why(r)
     assert AFTER_PATCH in r.stdout, why(r)
@@ -427,34 +448,16 @@ def test_codex_applies_a_patch_through_an_upstream(
     """engy in front of llama-server keeps what Codex needs of engy: the
     upstream runs the tokens, engy's template, family parser and Responses
     translation turn them into a custom_tool_call that applies the patch."""
-    need_fixtures()
-    from ggufs import two_turn_gguf_cached
     from test_upstream import LlamaServer, need_llama_server
 
     need_llama_server()
-    call = '{"name": "apply_patch","parameters":{"input":"' + PATCH + '"}}'
-    model = two_turn_gguf_cached(CACHE / "ggufs", first=call, then=AFTER_PATCH, marker="ebra")
+    model = patch_model()
     upstream = LlamaServer(model, ctx=65536)  # 32768 a slot: Codex's prompt is long
     server = EngyServer(str(model), "--upstream", upstream.url)
     try:
-        launch = Launch(tmp_path)
-        wrap(launch.bin, clients.codex, launch.record, "argv")
-        env = launch.env()
-        env["CODEX_HOME"] = str(codex_home)
-        bypass = "--dangerously-bypass-approvals-and-sandbox"
-        cmd = ("exec", "--skip-git-repo-check", bypass, "Make hello.txt")
-        r = launch.run("codex", "--port", str(server.port), "--", *cmd, env=env)
-        assert r.returncode == 0, why(r)
+        launch, r = codex_patch(clients, tmp_path, codex_home, "--port", str(server.port))
+        check_patch_applied(launch, r, codex_home)
         assert "engy already running" in r.stderr, r.stderr
-        assert (launch.home / "hello.txt").read_text() == "Zebra\n", why(r)
-        assert AFTER_PATCH in r.stdout, why(r)
-        items = [
-            json.loads(line).get("payload", {})
-            for log in (codex_home / "sessions").rglob("*.jsonl")
-            for line in log.read_text().splitlines()
-        ]
-        calls = [i for i in items if i.get("type") == "custom_tool_call"]
-        assert [c["name"] for c in calls] == ["apply_patch"], items
         check_upstream_turns(server)
     finally:
         server.stop()
