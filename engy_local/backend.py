@@ -53,6 +53,7 @@ class ModelStatus:
     sequences: list[SequenceStatus] = field(default_factory=list)
     images: bool = False  # loaded with a vision projector
     split: str = ""  # where llama.cpp put the weights: layers offloaded, MiB per device
+    offloaded: int = 0  # layers on GPUs or RPC workers (the output layer counts)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

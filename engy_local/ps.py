@@ -47,18 +47,12 @@ def _keep_alive(m: ModelStatus) -> str:
     return f"{minutes}m {seconds:02d}s"
 
 
-def _offloads(m: ModelStatus) -> bool:
-    """Whether the split says layers went to a GPU or an RPC worker."""
-    head = m.split.partition(" layers offloaded")[0]
-    return head != m.split and not head.startswith("0/")
-
-
 def status_table(models: list[ModelStatus]) -> Table:
     table = Table(box=None, pad_edge=False)
     # Narrow terminals fold a column rather than cut an id short.
     columns = ("MODEL", "CONTEXT", "BACKEND", "MEMORY", "KEEP-ALIVE", "FAMILY", "IMAGES")
     # Where the weights went, once any model has layers off this CPU.
-    split = any(_offloads(m) for m in models)
+    split = any(m.offloaded for m in models)
     for column in (*columns, "SEQUENCES", *(("SPLIT",) if split else ())):
         table.add_column(column, overflow="fold")
     for m in models:

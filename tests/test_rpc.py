@@ -275,7 +275,7 @@ def test_model_layers_on_a_real_worker(tiny_qwen3: Path, worker: RPCWorker) -> N
         assert f"RPC0[{worker.endpoint}]" in split, split
         assert ask(server) == expected  # the same greedy answer as run here
         (status,) = fetch_status(server.url, None)
-        assert f"RPC0[{worker.endpoint}]" in status.split
+        assert f"RPC0[{worker.endpoint}]" in status.split and status.offloaded == 2
         assert status.backend == "RPC"
         # the output layer's weights are on the worker: not counted here
         assert 0 < status.cost < here.cost * 0.75, (status.cost, here.cost)
@@ -305,15 +305,15 @@ def test_ps_shows_the_split_once_a_model_offloads() -> None:
     from engy_local.backend import ModelStatus
     from engy_local.ps import status_table
 
-    def rendered(split: str) -> str:
+    def rendered(split: str, offloaded: int) -> str:
         console = Console(width=400, record=True)
         m = ModelStatus(id="m", context_length=8, backend="RPC", cost=1, keep_alive_left=None)
-        console.print(status_table([replace(m, split=split)]))
+        console.print(status_table([replace(m, split=split, offloaded=offloaded)]))
         return console.export_text()
 
-    shown = rendered("2/2 layers offloaded, CPU_Mapped 9.3 MiB, RPC0[10.0.0.2:50052] 9.3 MiB")
+    shown = rendered("2/2 layers offloaded, CPU_Mapped 9.3 MiB, RPC0[10.0.0.2:50052] 9.3 MiB", 2)
     assert "SPLIT" in shown and "RPC0[10.0.0.2:50052] 9.3 MiB" in shown
-    assert "SPLIT" not in rendered("0/2 layers offloaded, CPU_Mapped 18.6 MiB")
+    assert "SPLIT" not in rendered("0/2 layers offloaded, CPU_Mapped 18.6 MiB", 0)
 
 
 @pytest.mark.parametrize(

@@ -298,6 +298,7 @@ class ModelPool:
                         sequences=[SequenceStatus(**seq) for seq in lm.worker.sequences()],
                         images=lm.model.projector is not None,
                         split=lm.model.split.line(),
+                        offloaded=lm.model.split.offloaded or 0,
                     )
                 )
         return out
