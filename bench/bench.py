@@ -114,7 +114,8 @@ def chat_template(model: Path) -> str | None:
     """The template engy renders with: the catalog's for GGUFs that carry
     none (gemma-3-270m is one), else the GGUF's own."""
     from engy_local.models.ggufmeta import read_metadata
-    from engy_local.serve import ServeOptions, resolve_model
+    from engy_local.server.backends import resolve_model
+    from engy_local.server.options import ServeOptions
 
     served = resolve_model(str(model), ServeOptions())
     template = served.options.chat_template or read_metadata(model).get("tokenizer.chat_template")

@@ -18,11 +18,12 @@ import time
 from dataclasses import replace
 
 from engy_local.chat import Finished, Started, TextDelta
-from engy_local.engine import context
-from engy_local.engine.decode import SamplingParams
-from engy_local.engine.model import LoadOptions, Model
-from engy_local.engine.worker import Job, Worker
-from engy_local.serve import ServeOptions, resolve_model
+from engy_local.prompt.detokenize import SamplingParams
+from engy_local.runtime import context
+from engy_local.runtime.model import LoadOptions, Model
+from engy_local.runtime.worker import Job, Worker
+from engy_local.server.backends import resolve_model
+from engy_local.server.options import ServeOptions
 
 
 def run_once(options: LoadOptions, batch: int, n_prompt: int, n_decode: int) -> tuple[float, float]:

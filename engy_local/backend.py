@@ -1,6 +1,6 @@
 """What the HTTP server and the REPL need from whatever runs the model.
 
-`engine.pool.ModelPool` implements it on llama.cpp; protocol tests may use a
+`runtime.pool.ModelPool` implements it on llama.cpp; protocol tests may use a
 scripted one. Nothing here imports llama_cpp.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from .chat import ChatRequest, Event
+from .chat import ChatRequest, Event, Provider
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class ModelStatus:
     cost: int  # bytes it is estimated to hold: weights plus KV cache
     keep_alive_left: float | None  # seconds until an idle unload; None: kept
     busy: bool = False  # generating or with requests queued
-    family: str = ""  # its tool-call family (engine.families)
+    family: str = ""  # its tool-call family (prompt.families)
     thinking: bool = False  # the template or family can switch thinking on
     quantization: str = ""
     aliases: tuple[str, ...] = ()
@@ -73,6 +73,32 @@ class ModelStatus:
         return cls(**values)
 
 
+def provider_failure(provider: Provider, info: ModelInfo) -> str | None:
+    """Which requirement of `provider` the model instance fails, if any."""
+    names = {info.id}
+    if provider.only is not None and not names & set(provider.only):
+        return f"provider.only: {info.id} is not among {list(provider.only)}"
+    if names & set(provider.ignore):
+        return f"provider.ignore: {info.id} is ignored"
+    if provider.quantizations is not None:
+        quant = info.quantization.lower()
+        if quant not in provider.quantizations:
+            return f"provider.quantizations: {info.id} is {quant or 'of unknown quantization'}"
+    if provider.min_context is not None and info.context_length < provider.min_context:
+        return (
+            f"provider.min_context: {info.id} has a {info.context_length}-token window, "
+            f"{provider.min_context} required"
+        )
+    if provider.gpu is not None and info.gpu is None:
+        return (
+            f"provider.gpu: whether {info.id} runs on a GPU is not known (backend {info.backend})"
+        )
+    if provider.gpu is not None and info.gpu != provider.gpu:
+        where = "on the GPU" if provider.gpu else "on the CPU"
+        return f"provider.gpu: {info.id} does not run {where} (backend {info.backend})"
+    return None
+
+
 class Generation(Protocol):
     """One submitted request. Iterate it for events; `cancel()` stops it
     within one token and frees the model."""
@@ -85,6 +111,13 @@ class Generation(Protocol):
 
 
 class Backend(Protocol):
+    @property
+    def output_cap(self) -> int | None:
+        """The cap on any request's output tokens (engy serve
+        --max-output-tokens; None: whoever answers applies its own). The
+        Responses parser needs it: an answer it cuts is incomplete."""
+        ...
+
     def models(self) -> list[ModelInfo]: ...
 
     def resolve(self, model: str) -> ModelInfo:

@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
-StopReason = Literal["end_turn", "max_tokens", "tool_use", "stop_sequence"]
+# Why an answer ended, in no protocol's words: the model ended its turn
+# ("end"), ended it with tool calls ("tool_call"), max_tokens or the window
+# cut it ("length"), a stop sequence matched ("stop"). Each protocol module
+# says these in its own words.
+StopReason = Literal["end", "tool_call", "length", "stop"]
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,7 @@ class Answer:
     text: str = ""
     thinking: str = ""
     calls: list[ToolCall] = field(default_factory=list)
-    stop_reason: StopReason = "end_turn"
+    stop_reason: StopReason = "end"
     usage: Usage = field(default_factory=Usage)
 
     def add(self, event: Event) -> None:

@@ -89,7 +89,7 @@ class EngyServer:
         if home is not None:
             env["ENGY_HOME"] = str(home)
         env.pop("ENGY_API_KEY", None)
-        cmd = [sys.executable, "-m", "engy_local.cli", "serve", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "engy_local", "serve", "--port", str(self.port)]
         if model is not None:
             cmd.insert(4, model)
         self.log = CACHE / f"serve-{self.port}.log"

@@ -34,9 +34,9 @@ from engy_local.chat import (
     ToolResult,
     ToolSpec,
 )
-from engy_local.engine.families import detect, make_parser
-from engy_local.engine.prepare import render
-from engy_local.engine.template import ChatTemplate
+from engy_local.prompt.families import detect, make_parser
+from engy_local.prompt.prepare import render
+from engy_local.prompt.template import ChatTemplate
 
 TEMPLATES = FIXTURES / "chat-templates"
 
@@ -177,7 +177,7 @@ def assert_random_calls_valid(
 ) -> None:
     """Whatever the family's forced grammar lets a model write parses into
     one call whose arguments follow the tool's schema."""
-    from engy_local.engine.grammar import forced_call_grammar
+    from engy_local.prompt.forced import forced_call_grammar
 
     gbnf = forced_call_grammar(tools, family)
     schemas = {t.name: t.parameters for t in tools}

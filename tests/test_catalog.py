@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from engy_local.errors import CatalogError
 from engy_local.models.catalog import (
     CAPABILITIES,
-    CatalogError,
     load_catalog,
     parse_catalog,
     quant_of,

@@ -15,7 +15,7 @@ import pytest
 from conftest import CACHE, need_fixtures
 from rich.console import Console
 
-from engy_local.doctor import Check, DoctorOptions, Report, run_doctor
+from engy_local.commands.doctor import Check, DoctorOptions, Report, run_doctor
 
 MODEL_CHECKS = (
     "model loads",
@@ -74,7 +74,7 @@ def test_doctor_passes_on_the_default_model(gemma_path: Path) -> None:
 
 def doctor_cli(model: Path) -> tuple[int, dict[str, Check], str]:
     r = subprocess.run(
-        [sys.executable, "-m", "engy_local.cli", "doctor", str(model), "--json"],
+        [sys.executable, "-m", "engy_local", "doctor", str(model), "--json"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -117,7 +117,7 @@ def test_doctor_fails_on_a_template_that_cannot_render_tools(refuses_tools: Path
     assert "This model does not support tools." in rendered.figure, rendered
     assert checks["forced tool call"].status == "skip"
     out = io.StringIO()
-    from engy_local.doctor import print_report
+    from engy_local.commands.doctor import print_report
 
     print_report(report, False, Console(file=out, width=200))
     assert "failed: template renders tools: the chat template cannot render" in out.getvalue()

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 from framed_families import (
     CONVERSATION,
     LOOP,
@@ -32,8 +34,7 @@ from framed_families import (
 from test_toolparse import Result, assert_parses, calls, parse
 
 from engy_local.chat import ToolSpec
-from engy_local.engine.families import detect_family, get
-from engy_local.engine.grammar import check_grammar, forced_call_grammar
+from engy_local.prompt.families import detect_family, get
 
 CALLS = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -259,7 +260,7 @@ def test_realistic_output_parses_the_same_at_every_split(family: str, output: st
 
 def test_text_is_held_only_while_it_may_be_a_marker() -> None:
     from engy_local.chat import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
-    from engy_local.engine.families import make_parser
+    from engy_local.prompt.families import make_parser
 
     parser = make_parser("deepseek-v3.1", tools=["Read"], thinking=False, new_id=lambda: "id")
     assert parser.feed("Hi <｜tool") == [TextDelta("Hi")]
@@ -281,7 +282,7 @@ def test_text_is_held_only_while_it_may_be_a_marker() -> None:
 
 TOOL_NAMES = ("Bash", "Read", "Write", "get_goal")
 
-# family, output, expected; the rules are in families/_framed.py and the modules
+# family, output, expected; the rules are in families/framed.py and the modules
 BAD = [
     (
         "a tool that was not offered is text, its section with it",

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from conftest import CACHE, EngyServer, need_fixtures
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 from family_roundtrip import (
     READ_SCHEMA,
     SEARCH_SCHEMA,
@@ -39,12 +41,11 @@ from engy_local.chat import (
     ToolResult,
     ToolSpec,
 )
-from engy_local.engine import prepare
-from engy_local.engine.families import detect_family, get
-from engy_local.engine.families.gemma4 import Gemma4Parser
-from engy_local.engine.grammar import check_grammar, forced_call_grammar
-from engy_local.engine.prompt import to_template_messages, to_template_tools
-from engy_local.engine.template import ChatTemplate
+from engy_local.prompt.families import detect_family, get
+from engy_local.prompt.families.gemma4 import Gemma4Parser
+from engy_local.prompt.messages import to_template_messages, to_template_tools
+from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt import prepare
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 GEMMA4 = "google-gemma-4-31B-it.jinja"

@@ -16,6 +16,8 @@ import jsonschema
 import openai
 import pytest
 from conftest import EngyServer
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 from test_toolparse import Result, assert_parses, calls
 
 from engy_local.chat import (
@@ -28,12 +30,11 @@ from engy_local.chat import (
     ToolResult,
     ToolSpec,
 )
-from engy_local.engine.families import detect_family, get
-from engy_local.engine.families.generic import as_text, describe
-from engy_local.engine.grammar import check_grammar, forced_call_grammar
-from engy_local.engine.prepare import render
-from engy_local.engine.template import ChatTemplate
 from engy_local.models.catalog import load_catalog
+from engy_local.prompt.families import detect_family, get
+from engy_local.prompt.families.generic import as_text, describe
+from engy_local.prompt.prepare import render
+from engy_local.prompt.template import ChatTemplate
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 

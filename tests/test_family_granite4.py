@@ -25,9 +25,9 @@ from family_roundtrip import (
 from test_toolparse import Result, assert_parses, calls, parse
 
 from engy_local.chat import Message, Text, ToolCall, ToolResult, ToolSpec
-from engy_local.engine.families import detect_family
-from engy_local.engine.prompt import to_template_messages, to_template_tools
-from engy_local.engine.template import ChatTemplate
+from engy_local.prompt.families import detect_family
+from engy_local.prompt.messages import to_template_messages, to_template_tools
+from engy_local.prompt.template import ChatTemplate
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 GRANITES = ["ibm-granite-granite-4.0.jinja", "ibm-granite-granite-4.1.jinja"]

@@ -17,6 +17,8 @@ import jsonschema
 import openai
 import pytest
 from conftest import CACHE, EngyServer, need_fixtures
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 from test_toolparse import Result, assert_parses, calls
 
 from engy_local.chat import (
@@ -29,10 +31,9 @@ from engy_local.chat import (
     ToolResult,
     ToolSpec,
 )
-from engy_local.engine.families import detect_family, get
-from engy_local.engine.grammar import check_grammar, forced_call_grammar
-from engy_local.engine.prepare import render
-from engy_local.engine.template import ChatTemplate
+from engy_local.prompt.families import detect_family, get
+from engy_local.prompt.prepare import render
+from engy_local.prompt.template import ChatTemplate
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 GPT_OSS = "openai-gpt-oss-120b.jinja"
@@ -366,7 +367,7 @@ def test_no_tools_offered_means_calls_are_text() -> None:
 
 def test_arguments_stream_as_generated() -> None:
     from engy_local.chat import ToolCallDelta, ToolCallEnd, ToolCallStart
-    from engy_local.engine.families import make_parser
+    from engy_local.prompt.families import make_parser
 
     parser = make_parser("gpt-oss", tools=TOOLS, thinking=False, new_id=lambda: "call_0")
     pieces = [

@@ -31,10 +31,10 @@ from engy_local.chat import (
     ToolResult,
     ToolSpec,
 )
-from engy_local.engine.families import detect_family
-from engy_local.engine.families.llama3 import Llama3Parser
-from engy_local.engine.prompt import to_template_messages, to_template_tools
-from engy_local.engine.template import ChatTemplate
+from engy_local.prompt.families import detect_family
+from engy_local.prompt.families.llama3 import Llama3Parser
+from engy_local.prompt.messages import to_template_messages, to_template_tools
+from engy_local.prompt.template import ChatTemplate
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 LLAMAS = [

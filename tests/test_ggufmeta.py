@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engy_local.models.ggufmeta import NotGGUF, parameter_count, read_metadata
+from engy_local.errors import NotGGUF
+from engy_local.models.ggufmeta import parameter_count, read_metadata
 
 U32, U64, STRING, ARRAY = 4, 10, 8, 9
 

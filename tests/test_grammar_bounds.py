@@ -10,9 +10,10 @@ import time
 from typing import Any
 
 import pytest
+from engy_local.prompt.forced import MAX_GRAMMAR, forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 
 from engy_local.chat import ToolSpec
-from engy_local.engine.grammar import MAX_GRAMMAR, check_grammar, forced_call_grammar
 from engy_local.errors import InvalidRequest
 
 

@@ -18,10 +18,10 @@ from conftest import EngyServer
 from typer.testing import CliRunner
 
 from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart
-from engy_local.cli import app
-from engy_local.engine.families import make_parser
-from engy_local.engine.toolparse import ForcedCallParser
-from engy_local.guard import AccessPolicy, key_matches
+from engy_local.commands.cli import app
+from engy_local.prompt.families import make_parser
+from engy_local.prompt.toolparse import ForcedCallParser
+from engy_local.server.guard import AccessPolicy, key_matches
 
 KEY = "sk-local-test"
 AUTH = {"x-api-key": KEY}

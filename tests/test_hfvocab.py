@@ -13,10 +13,10 @@ import httpx
 import pytest
 from conftest import ANSWER, CACHE, EngyServer, need_fixtures
 
-from engy_local.engine.hfvocab import HFVocabulary, is_hf_tokenizer
-from engy_local.engine.prepare import prepare
-from engy_local.engine.vocab import Vocabulary
+from engy_local.prompt.hfvocab import HFVocabulary, is_hf_tokenizer
+from engy_local.prompt.prepare import prepare
 from engy_local.protocols.anthropic import parse_request
+from engy_local.runtime.vocab import Vocabulary
 
 TEMPLATE = "Qwen-Qwen3-0.6B.jinja"
 
@@ -144,6 +144,6 @@ def test_an_upstream_with_a_hf_tokenizer(snapshot: Path, tiny_answer: Path) -> N
     ],
 )
 def test_the_snapshot_says_what_its_weights_are(config: dict[str, Any], quantization: str) -> None:
-    from engy_local.engine.hfvocab import _quantization
+    from engy_local.prompt.hfvocab import _quantization
 
     assert _quantization(config) == quantization

@@ -12,9 +12,9 @@ import pytest
 from images import BLUE, GREEN, RED, png
 
 from engy_local.chat import Image, Message, Text, ToolCall, ToolResult
-from engy_local.engine.images import image_placeholder, place_images
-from engy_local.engine.prompt import ImageSlots, to_template_messages
-from engy_local.engine.template import ChatTemplate
+from engy_local.prompt.images import image_placeholder, place_images
+from engy_local.prompt.messages import ImageSlots, to_template_messages
+from engy_local.prompt.template import ChatTemplate
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 MARKER = "<__media__>"

@@ -66,7 +66,7 @@ class Launch:
     ) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
         r = subprocess.run(
-            [sys.executable, "-m", "engy_local.cli", "launch", *args],
+            [sys.executable, "-m", "engy_local", "launch", *args],
             env=env or self.env(),
             cwd=self.home,
             stdin=subprocess.DEVNULL,
@@ -273,7 +273,7 @@ def ps(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "ENGY_API_KEY"}
     env["COLUMNS"] = "200"  # the table on one line per model
     return subprocess.run(
-        [sys.executable, "-m", "engy_local.cli", "ps", *args],
+        [sys.executable, "-m", "engy_local", "ps", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -29,7 +29,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Path:
 
 def _pull(home: Path, path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "engy_local.cli", "pull", str(path)],
+        [sys.executable, "-m", "engy_local", "pull", str(path)],
         env={**os.environ, "ENGY_HOME": str(home)},
         capture_output=True,
         text=True,

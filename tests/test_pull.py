@@ -21,7 +21,7 @@ from conftest import ANSWER, EngyServer
 from hubserver import Hub, running_hub
 from typer.testing import CliRunner
 
-from engy_local.cli import app
+from engy_local.commands.cli import app
 from engy_local.models.pull import pull
 from engy_local.models.store import MANIFEST, installed, pulled
 
@@ -243,7 +243,7 @@ def test_a_full_disk_keeps_the_partial_file_for_resume(hub: Hub, tiny_bytes: byt
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    command = [sys.executable, "-m", "engy_local.cli", "pull", f"hf:{REPO}"]
+    command = [sys.executable, "-m", "engy_local", "pull", f"hf:{REPO}"]
     done = subprocess.run(command, capture_output=True, text=True, preexec_fn=limited)
     assert done.returncode == 1
     assert "no space left" in one_line(done.stderr) and "resume" in done.stderr
@@ -265,7 +265,7 @@ def test_two_pulls_of_one_model_at_once_do_not_corrupt_each_other(
     key = f"{REPO}/Tiny-Q4_K_M.gguf"
     hub.add(key, tiny_bytes)
     hub.delay = 0.002  # ~0.7 s for the whole file: the second starts while the first runs
-    command = [sys.executable, "-m", "engy_local.cli", "pull", f"hf:{REPO}"]
+    command = [sys.executable, "-m", "engy_local", "pull", f"hf:{REPO}"]
     first = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     while not hub.sent[key]:
         time.sleep(0.01)

@@ -43,12 +43,12 @@ from engy_local.chat import (
     ToolSpec,
     Usage,
 )
-from engy_local.errors import InvalidRequest, PromptTooLong, RemoteError
+from engy_local.commands.repl.conversation import Conversation, from_json
+from engy_local.commands.repl.reader import open_block, unquote
+from engy_local.commands.repl.view import AnswerView, BlockSplitter, Stats, stats_line
+from engy_local.errors import ConversationFileError, InvalidRequest, PromptTooLong, RemoteError
 from engy_local.protocols import anthropic, client_anthropic, client_responses, responses
 from engy_local.protocols.anthropic_stream import MessageStream
-from engy_local.repl.conversation import Conversation, ConversationFileError, from_json
-from engy_local.repl.reader import open_block, unquote
-from engy_local.repl.view import AnswerView, BlockSplitter, Stats, stats_line
 
 # ---- neutral request -> wire JSON -> the server's parser: the same request ----
 
@@ -179,7 +179,7 @@ EVENTS: list[Event] = [
     ToolCallEnd(0, '{"city": "Paris"}'),
     ToolCallStart(1, "call_b", "weather"),
     ToolCallEnd(1, "{}"),
-    Finished("tool_use", USAGE),
+    Finished("tool_call", USAGE),
 ]
 
 
@@ -352,7 +352,7 @@ def test_view_shows_thinking_dim_text_rendered_and_tool_calls() -> None:
         TextDelta("Some **bold** text.\n\n"),
         TextDelta("```\ncode here\n```\n"),
         *EVENTS[6:10],
-        Finished("tool_use", USAGE),
+        Finished("tool_call", USAGE),
     ]
     shown = render(events, show_thinking=True)
     plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
@@ -417,7 +417,7 @@ class Terminal:
         env.pop("ENGY_API_KEY", None)
         self.child = pexpect.spawn(
             sys.executable,
-            ["-m", "engy_local.cli", "chat", *args],
+            ["-m", "engy_local", "chat", *args],
             cwd=str(REPO),
             env=env,
             encoding="utf-8",
@@ -643,7 +643,7 @@ def test_chat_through_a_running_server(
 def test_chat_reads_a_pipe_too(tiny_answer: Path, tmp_path: Path) -> None:
     env = dict(os.environ, ENGY_HOME=str(tmp_path / "home"))
     r = subprocess.run(
-        [sys.executable, "-m", "engy_local.cli", "chat", str(tiny_answer)],
+        [sys.executable, "-m", "engy_local", "chat", str(tiny_answer)],
         input="Hi\n/tokens\n",
         capture_output=True,
         text=True,
@@ -657,7 +657,7 @@ def test_chat_reads_a_pipe_too(tiny_answer: Path, tmp_path: Path) -> None:
 def test_a_missing_model_is_one_line_and_exit_1(tmp_path: Path) -> None:
     env = dict(os.environ, ENGY_HOME=str(tmp_path / "home"))
     r = subprocess.run(
-        [sys.executable, "-m", "engy_local.cli", "chat", str(tmp_path / "none.gguf")],
+        [sys.executable, "-m", "engy_local", "chat", str(tmp_path / "none.gguf")],
         input="",
         capture_output=True,
         text=True,

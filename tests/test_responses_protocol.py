@@ -566,7 +566,7 @@ RENDER_CASES: list[tuple[str, Answer, str, list[dict[str, Any]]]] = [
                 ToolCall("c4", "agents__note", '{"input": "n"}'),
                 ToolCall("c5", "made_up", "{}"),
             ],
-            stop_reason="tool_use",
+            stop_reason="tool_call",
         ),
         "completed",
         [
@@ -580,13 +580,13 @@ RENDER_CASES: list[tuple[str, Answer, str, list[dict[str, Any]]]] = [
     ),
     (
         "whitespace before a call is no message",
-        Answer(text="\n\n", calls=[ToolCall("c1", "ls", "{}")], stop_reason="tool_use"),
+        Answer(text="\n\n", calls=[ToolCall("c1", "ls", "{}")], stop_reason="tool_call"),
         "completed",
         [fcall(0, "c1", "ls", "{}")],
     ),
     (
         "cut by max tokens",
-        Answer(text="Once upon", stop_reason="max_tokens"),
+        Answer(text="Once upon", stop_reason="length"),
         "incomplete",
         [message("Once upon", status="incomplete")],
     ),
@@ -676,7 +676,7 @@ def brief(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return rows
 
 
-FINISHED = Finished("end_turn", USAGE)
+FINISHED = Finished("end", USAGE)
 
 
 def test_stream_text_exact() -> None:
@@ -774,7 +774,7 @@ def test_stream_text_and_function_call() -> None:
             ToolCallDelta(0, '"src", '),
             ToolCallDelta(0, '"all": true}'),
             ToolCallEnd(0, args),
-            Finished("tool_use", USAGE),
+            Finished("tool_call", USAGE),
         ]
     )
     assert brief(out)[2:] == [
@@ -817,7 +817,7 @@ def test_stream_whitespace_then_call_and_namespaced_call() -> None:
             ToolCallStart(1, "c2", "ls"),
             ToolCallDelta(1, "{"),
             ToolCallEnd(1, "{}"),
-            Finished("tool_use", USAGE),
+            Finished("tool_call", USAGE),
         ]
     )
     assert brief(out)[2:] == [
@@ -852,7 +852,7 @@ def test_stream_custom_call_split_everywhere(ascii_only: bool) -> None:
                 ToolCallStart(0, "c1", "apply_patch"),
                 *(ToolCallDelta(0, p) for p in pieces),
                 ToolCallEnd(0, arguments),
-                Finished("tool_use", USAGE),
+                Finished("tool_call", USAGE),
             ]
         )
         kinds = [e["type"] for e in out]
@@ -948,7 +948,7 @@ def test_stream_custom_call_with_other_key_uses_the_end() -> None:
 
 
 def test_stream_max_tokens_is_incomplete() -> None:
-    out = run_stream([TextDelta("Once"), TextDelta(" upon"), Finished("max_tokens", USAGE)])
+    out = run_stream([TextDelta("Once"), TextDelta(" upon"), Finished("length", USAGE)])
     done = out[-2]
     assert done["type"] == "response.output_item.done"
     assert done["item"] == message("Once upon", status="incomplete")
@@ -962,7 +962,7 @@ def test_stream_max_tokens_is_incomplete() -> None:
 
 def test_stream_max_tokens_inside_a_call() -> None:
     out = run_stream(
-        [ToolCallStart(0, "c1", "ls"), ToolCallDelta(0, '{"d": "sr'), Finished("max_tokens", USAGE)]
+        [ToolCallStart(0, "c1", "ls"), ToolCallDelta(0, '{"d": "sr'), Finished("length", USAGE)]
     )
     assert brief(out)[-3:] == [
         ("response.function_call_arguments.done", 0, '{"d": "sr'),
@@ -978,7 +978,7 @@ def test_stream_max_tokens_inside_a_call() -> None:
     ("name", "closed"),
     [("ls", '{"d": "sr"}'), ("apply_patch", '{"input": "*** Begin"}')],
 )
-@pytest.mark.parametrize("reason", ["max_tokens", "tool_use"])
+@pytest.mark.parametrize("reason", ["length", "tool_call"])
 def test_stream_call_ended_then_cut_matches_render(name: str, closed: str, reason: str) -> None:
     # What the engine sends when max_tokens cuts a call: the parser closes
     # the arguments at finish (ToolCallEnd), then Finished.
@@ -990,7 +990,7 @@ def test_stream_call_ended_then_cut_matches_render(name: str, closed: str, reaso
         Finished(reason, USAGE),  # type: ignore[arg-type]
     ]
     out = run_stream(events, parsed)
-    status = "incomplete" if reason == "max_tokens" else "completed"
+    status = "incomplete" if reason == "length" else "completed"
     assert out[-2]["type"] == "response.output_item.done"
     assert out[-2]["item"]["status"] == status
     answer = Answer(calls=[ToolCall("c1", name, closed)], stop_reason=reason, usage=USAGE)  # type: ignore[arg-type]
@@ -1217,7 +1217,7 @@ def test_sdk_non_streaming() -> None:
             ToolCall("c1", "ls", '{"d": "."}'),
             ToolCall("c2", "apply_patch", '{"input": "P\\n"}'),
         ],
-        stop_reason="tool_use",
+        stop_reason="tool_call",
         usage=USAGE,
     )
     data = responses.render_response(parsed, answer, response_id=RID, created_at=CREATED)
@@ -1242,7 +1242,7 @@ def test_sdk_stream_helper() -> None:
             ToolCallDelta(1, '{"input": "a\\'),
             ToolCallDelta(1, 'nb"}'),
             ToolCallEnd(1, '{"input": "a\\nb"}'),
-            Finished("tool_use", USAGE),
+            Finished("tool_call", USAGE),
         ]
     )
     headers = {"content-type": "text/event-stream"}
@@ -1259,7 +1259,7 @@ def test_sdk_stream_helper() -> None:
 
 
 def test_sdk_stream_incomplete() -> None:
-    out = run_stream([TextDelta("Once"), Finished("max_tokens", USAGE)])
+    out = run_stream([TextDelta("Once"), Finished("length", USAGE)])
     client = sdk_client(200, sse(out), {"content-type": "text/event-stream"})
     with client, client.responses.stream(model="local-model", input="hi") as stream:
         final = stream.get_final_response()

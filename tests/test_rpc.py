@@ -25,9 +25,10 @@ import llama_cpp
 import pytest
 from conftest import CACHE, EngyServer, free_port
 
-from engy_local.engine import rpc
-from engy_local.engine.rpc import Endpoint, RPCError, parse_endpoints, parse_tensor_split
-from engy_local.ps import fetch_status
+from engy_local.commands.ps import fetch_status
+from engy_local.errors import RPCError
+from engy_local.runtime import rpc
+from engy_local.runtime.rpc import Endpoint, parse_endpoints, parse_tensor_split
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "scripts" / "build_rpc_server.sh"
@@ -127,7 +128,7 @@ class FakeWorker:
 
 
 def serve_exits(model: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "engy_local.cli", "serve", str(model), "--port"]
+    cmd = [sys.executable, "-m", "engy_local", "serve", str(model), "--port"]
     cmd += [str(free_port()), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
@@ -287,7 +288,7 @@ def test_model_layers_on_a_real_worker(tiny_qwen3: Path, worker: RPCWorker) -> N
 def test_doctor_names_the_worker_that_fails(tiny_qwen3: Path) -> None:
     need_rpc_build()
     port = free_port()
-    cmd = [sys.executable, "-m", "engy_local.cli", "doctor", str(tiny_qwen3), "--json"]
+    cmd = [sys.executable, "-m", "engy_local", "doctor", str(tiny_qwen3), "--json"]
     done = subprocess.run(
         [*cmd, "--rpc", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120
     )
@@ -303,7 +304,7 @@ def test_ps_shows_the_split_once_a_model_offloads() -> None:
     from rich.console import Console
 
     from engy_local.backend import ModelStatus
-    from engy_local.ps import status_table
+    from engy_local.commands.ps import status_table
 
     def rendered(split: str, offloaded: int) -> str:
         console = Console(width=400, record=True)
@@ -338,7 +339,7 @@ def test_ps_shows_the_split_once_a_model_offloads() -> None:
     ],
 )
 def test_the_split_from_the_load_log(log: str, line: str, remote: float) -> None:
-    from engy_local.engine.llamalog import parse_split
+    from engy_local.runtime.llamalog import parse_split
 
     split = parse_split(log)
     assert split.line() == line

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engy_local.models.catalog import CatalogError
-from engy_local.serve import ServeOptions, resolve_model
+from engy_local.errors import CatalogError
+from engy_local.server.backends import resolve_model
+from engy_local.server.options import ServeOptions
 
 
 @pytest.fixture

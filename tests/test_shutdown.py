@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from conftest import EngyServer
 
-from engy_local.shutdown import Drain
+from engy_local.server.shutdown import Drain
 
 GRACE = 2.0
 

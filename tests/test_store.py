@@ -14,7 +14,7 @@ import pytest
 from hubserver import running_hub
 from typer.testing import CliRunner
 
-from engy_local.cli import app
+from engy_local.commands.cli import app
 from engy_local.models.catalog import load_catalog
 from engy_local.models.store import find, installed, locate, pulled
 

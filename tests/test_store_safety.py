@@ -13,8 +13,9 @@ import httpx
 import pytest
 from hubserver import running_hub
 
-from engy_local.models.catalog import CatalogError, models_dir, parse_catalog
-from engy_local.models.download import Download, PullError, fetch
+from engy_local.errors import CatalogError, PullError
+from engy_local.models.catalog import models_dir, parse_catalog
+from engy_local.models.download import Download, fetch
 from engy_local.models.pull import pull
 from engy_local.models.store import MANIFEST, pulled, remove, write_manifest
 

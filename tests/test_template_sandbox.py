@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from engy_local.engine.template import ChatTemplate
 from engy_local.errors import InvalidRequest
+from engy_local.prompt.template import ChatTemplate
 
 HI = [{"role": "user", "content": "hi"}]
 

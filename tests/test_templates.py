@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from engy_local.chat import Image, Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
-from engy_local.engine.prompt import (
+from engy_local.errors import BadTemplate, InvalidRequest
+from engy_local.prompt.messages import (
     NO_QUIRKS,
     Quirks,
     mistral_call_id,
@@ -20,8 +21,7 @@ from engy_local.engine.prompt import (
     to_template_messages,
     to_template_tools,
 )
-from engy_local.engine.template import BadTemplate, ChatTemplate
-from engy_local.errors import InvalidRequest
+from engy_local.prompt.template import ChatTemplate
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 TEMPLATE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.jinja")) if FIXTURES.is_dir() else []

@@ -1,6 +1,6 @@
 """The output parsers: realistic model outputs, each fed whole, split at every
 offset and character by character, must always give the same text, thinking
-and calls; every bad-output rule of `engy_local.engine.toolparse` has a row."""
+and calls; every bad-output rule of `engy_local.prompt.toolparse` has a row."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from engy_local.chat import (
     ToolCallEnd,
     ToolCallStart,
 )
-from engy_local.engine.families import detect_family, get, make_parser
-from engy_local.engine.toolparse import (
+from engy_local.prompt.families import detect_family, get, make_parser
+from engy_local.prompt.toolparse import (
     HermesParser,
     JsonScanner,
     PlainParser,

@@ -26,7 +26,6 @@ import openai
 import pytest
 from conftest import ANSWER, CACHE, EngyServer, free_port
 
-from engy_local.engine.decode import StopScanner
 from engy_local.errors import (
     Busy,
     EngyError,
@@ -34,8 +33,10 @@ from engy_local.errors import (
     InvalidRequest,
     NoWorker,
     ServerError,
+    UpstreamLost,
 )
-from engy_local.upstream.errors import UpstreamLost, from_status, from_transport
+from engy_local.prompt.detokenize import StopScanner
+from engy_local.upstream.errors import from_status, from_transport
 from engy_local.upstream.spec import UpstreamSpec, parse_spec
 from engy_local.upstream.wire import Chunk, parse_chunk, request_body
 
@@ -165,7 +166,7 @@ def test_parse_chunk(kind: Any, data: dict[str, Any], chunk: Chunk) -> None:
 
 
 def test_request_bodies_carry_ids_grammar_and_cache() -> None:
-    from engy_local.engine.decode import SamplingParams
+    from engy_local.prompt.prepare import SamplingParams
 
     params = SamplingParams(max_tokens=7, stop=("END",), grammar="root ::= x")
     native = request_body("llamacpp", [1, 2], params, None)
@@ -191,7 +192,7 @@ def test_request_bodies_carry_ids_grammar_and_cache() -> None:
 def test_the_grammar_goes_where_the_engine_reads_it(
     kind: Any, dialect: Any, field: str, value: Any
 ) -> None:
-    from engy_local.engine.decode import SamplingParams
+    from engy_local.prompt.prepare import SamplingParams
     from engy_local.upstream.wire import GRAMMARS
 
     body = request_body(
@@ -285,9 +286,9 @@ def engy_openai(upstream: LlamaServer, tiny_answer: Path) -> Iterator[EngyServer
 @pytest.fixture(scope="module")
 def local_count(tiny_answer: Path) -> Any:
     """The local engine's exact prompt size of a Messages body."""
-    from engy_local.engine.model import LoadOptions, Model
-    from engy_local.engine.prepare import count_tokens
+    from engy_local.prompt.prepare import count_tokens
     from engy_local.protocols.anthropic import parse_request
+    from engy_local.runtime.model import LoadOptions, Model
 
     model = Model(LoadOptions(tiny_answer, ctx_size=8192))
 
@@ -546,7 +547,7 @@ def test_upstream_specs_refused(text: str, message: str) -> None:
 
 
 def test_two_upstreams_with_one_name_are_refused(tiny_answer: Path) -> None:
-    cmd = [sys.executable, "-m", "engy_local.cli", "serve", str(tiny_answer), "--port", "1"]
+    cmd = [sys.executable, "-m", "engy_local", "serve", str(tiny_answer), "--port", "1"]
     cmd += ["--upstream", "http://127.0.0.1:9", "--upstream", "http://127.0.0.1:10"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
@@ -560,7 +561,7 @@ def test_several_upstreams_are_workers_like_any_other(
     """Two llama-servers behind one engy: each request goes to the one its
     model names; GET /v1/models, the provider object and engy ps see each
     with its configured (or reported) gpu and quantization."""
-    from engy_local.ps import fetch_status
+    from engy_local.commands.ps import fetch_status
 
     babbler = LlamaServer(tiny_qwen3)
     server = EngyServer(

@@ -20,14 +20,8 @@ from images import BLUE, GREEN, RED, png
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from engy_local.engine.vision import (  # noqa: E402
-    MARKER,
-    Projector,
-    ProjectorLoadError,
-    UndecodableImage,
-    image_id,
-)
-from engy_local.errors import InvalidRequest  # noqa: E402
+from engy_local.errors import InvalidRequest, ProjectorLoadError, UndecodableImage
+from engy_local.runtime.vision import MARKER, Projector, image_id
 
 N_CTX = 512
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from engy_local.chat import Finished, Started
-from engy_local.engine import decode
-from engy_local.engine.model import LoadOptions, Model
-from engy_local.engine.worker import Job, Worker
 from engy_local.errors import Busy
+from engy_local.prompt.prepare import SamplingParams
+from engy_local.runtime.model import LoadOptions, Model
+from engy_local.runtime.worker import Job, Worker
 
 
 class Sink:
@@ -43,7 +43,7 @@ def job(model: Model, sink: Sink, max_tokens: int = 100_000) -> Job:
         model.template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
     )
     parser = model.family.parser(tools={}, thinking=False, new_id=lambda: "call_1")
-    return Job(tokens, decode.SamplingParams(max_tokens=max_tokens, temperature=0), parser, sink)
+    return Job(tokens, SamplingParams(max_tokens=max_tokens, temperature=0), parser, sink)
 
 
 def wait_for(check: Any, timeout: float = 30) -> None:

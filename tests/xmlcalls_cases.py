@@ -31,9 +31,9 @@ from engy_local.chat import (
     ToolResult,
     ToolSpec,
 )
-from engy_local.engine.families import get, make_parser
-from engy_local.engine.prepare import render
-from engy_local.engine.template import ChatTemplate
+from engy_local.prompt.families import get, make_parser
+from engy_local.prompt.prepare import render
+from engy_local.prompt.template import ChatTemplate
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 # This machine is small and shared: generous timeouts, never timed assertions.
@@ -147,7 +147,7 @@ def _closing(text: str, closers: tuple[str, ...]) -> int:
 def check_random_calls(vocab: Vocab, family: str, closers: tuple[str, ...], seed: int) -> None:
     """Whatever the forced-call grammar lets a model write parses into one
     call whose arguments validate against the tool's schema."""
-    from engy_local.engine.grammar import forced_call_grammar
+    from engy_local.prompt.forced import forced_call_grammar
 
     rng = random.Random(seed)
     text = random_call(vocab, forced_call_grammar(TOOLS, family), closers, rng)

@@ -19,16 +19,13 @@ from typing import Any
 
 from platformdirs import user_data_dir
 
-from .safety import UnsafeName, repo_path
+from ..errors import CatalogError, UnsafeName
+from .safety import repo_path
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-class CatalogError(Exception):
-    """A MODEL argument that cannot be served; the message says why."""
 
 
 CAPABILITIES = ("tools", "thinking", "vision")

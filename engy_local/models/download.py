@@ -36,16 +36,13 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from .ggufmeta import NotGGUF, read_metadata
+from ..errors import NotGGUF, PullError
+from .ggufmeta import read_metadata
 
 CHUNK = 1 << 20
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-\d+|\*)/(\d+)")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-class PullError(Exception):
-    """A pull that could not finish; the message is one line for the user."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..errors import NotGGUF
+
 MAGIC = b"GGUF"
 
 # GGUF value types: id -> struct format of a scalar (strings and arrays apart)
@@ -27,10 +29,6 @@ MAX_KEYS = 1 << 16
 MAX_TENSORS = 1 << 20
 MAX_DIMS = 8  # ggml has 4
 MAX_STRING_ARRAY = 1 << 24  # a vocabulary is a few hundred thousand strings
-
-
-class NotGGUF(ValueError):
-    pass
 
 
 class _Header:

@@ -29,11 +29,12 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from rich.progress import Progress
 
-from .catalog import Catalog, CatalogError, Entry, load_catalog, models_dir, quant_of, split_parts
+from ..errors import CatalogError, NotGGUF, PullError, UnsafeName
+from .catalog import Catalog, Entry, load_catalog, models_dir, quant_of, split_parts
 from .catalog import split_stem as stem_of
-from .download import Download, PullError, fetch
-from .ggufmeta import NotGGUF, read_metadata, trained_context
-from .safety import UnsafeName, file_name
+from .download import Download, fetch
+from .ggufmeta import read_metadata, trained_context
+from .safety import file_name
 from .store import MANIFEST, Installed, locate, lock, model_dir, read_manifest, write_manifest
 
 DEFAULT_ENDPOINT = "https://huggingface.co"

@@ -15,11 +15,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..errors import UnsafeName
+
 _BAD = re.compile(r"[/\\:\x00-\x1f\x7f]")
-
-
-class UnsafeName(ValueError):
-    """A name that could write or delete outside the store."""
 
 
 def file_name(name: str) -> str:

@@ -48,8 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import CatalogError
 from . import hfcache
-from .catalog import Catalog, CatalogError, Entry, load_catalog, models_dir, quant_of, split_stem
+from .catalog import Catalog, Entry, load_catalog, models_dir, quant_of, split_stem
 from .safety import within
 
 log = logging.getLogger("engy.store")

@@ -19,6 +19,7 @@ from ..chat import (
     Part,
     Role,
     Sampling,
+    StopReason,
     Text,
     Thinking,
     ToolCall,
@@ -243,10 +244,18 @@ def _thinking(value: Any) -> bool | None:
 # ---- responses ------------------------------------------------------------
 
 
-def _stop_reason(reason: str) -> str:
-    # The contract knows end_turn, max_tokens, tool_use and refusal, and
-    # stop_sequence is always null: a stop sequence ends the turn.
-    return "end_turn" if reason == "stop_sequence" else reason
+# The contract knows end_turn, max_tokens, tool_use and refusal, and its
+# stop_sequence is always null: a stop sequence ends the turn.
+_STOP_REASONS: dict[StopReason, str] = {
+    "end": "end_turn",
+    "tool_call": "tool_use",
+    "length": "max_tokens",
+    "stop": "end_turn",
+}
+
+
+def stop_reason_json(reason: StopReason) -> str:
+    return _STOP_REASONS[reason]
 
 
 def usage_json(usage: Usage) -> dict[str, int]:
@@ -286,7 +295,7 @@ def render_message(parsed: Parsed, answer: Answer, message_id: str) -> dict[str,
         "role": "assistant",
         "model": parsed.chat.model,
         "content": content,
-        "stop_reason": _stop_reason(answer.stop_reason),
+        "stop_reason": stop_reason_json(answer.stop_reason),
         "stop_sequence": None,
         "usage": usage_json(answer.usage),
     }

@@ -18,7 +18,7 @@ from ..chat import (
     ToolCallStart,
 )
 from ..errors import EngyError
-from .anthropic import Parsed, _stop_reason, error_json, signature, usage_json
+from .anthropic import Parsed, error_json, signature, stop_reason_json, usage_json
 
 Block = Literal["text", "thinking", "tool_use"]
 PING: dict[str, Any] = {"type": "ping"}
@@ -86,7 +86,7 @@ class MessageStream:
                 {
                     "type": "message_delta",
                     "delta": {
-                        "stop_reason": _stop_reason(event.stop_reason),
+                        "stop_reason": stop_reason_json(event.stop_reason),
                         "stop_sequence": None,
                     },
                     "usage": usage,

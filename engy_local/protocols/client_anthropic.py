@@ -150,10 +150,10 @@ def _input(call: ToolCall) -> Any:
 # ---- stream -------------------------------------------------------------------
 
 _STOP: dict[str, StopReason] = {
-    "end_turn": "end_turn",
-    "max_tokens": "max_tokens",
-    "tool_use": "tool_use",
-    "stop_sequence": "stop_sequence",
+    "end_turn": "end",
+    "max_tokens": "length",
+    "tool_use": "tool_call",
+    "stop_sequence": "stop",
     # refusal, pause_turn and whatever comes next: the turn ended.
 }
 
@@ -176,7 +176,7 @@ class MessageDecoder:
         # state
         self._calls: dict[int, int] = {}  # content block index -> call index
         self._arguments: dict[int, str] = {}  # call index -> JSON text so far
-        self._stop: StopReason = "end_turn"
+        self._stop: StopReason = "end"
         self._usage: dict[str, Any] = {}
         self.finished = False
 
@@ -204,7 +204,7 @@ class MessageDecoder:
             return [ToolCallEnd(call, self._arguments[call] or "{}")]
         if kind == "message_delta":
             reason = (data.get("delta") or {}).get("stop_reason")
-            self._stop = _STOP.get(str(reason), "end_turn")
+            self._stop = _STOP.get(str(reason), "end")
             self._usage.update(data.get("usage") or {})
             return []
         if kind == "message_stop":

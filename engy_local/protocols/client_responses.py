@@ -200,9 +200,9 @@ class ResponseDecoder:
         self.finished = True
         reason: StopReason
         if response.get("status") == "incomplete":
-            reason = "max_tokens"
+            reason = "length"
         else:
-            reason = "tool_use" if self._calls else "end_turn"
+            reason = "tool_call" if self._calls else "end"
         return [Finished(reason, _usage(response.get("usage")))]
 
     def _failed(self, data: dict[str, Any]) -> list[Event]:

@@ -168,7 +168,7 @@ def render_response(
         output.append(message_item(item_id(response_id, "msg", 0), "completed", answer.text))
     for call in answer.calls:
         output.append(_call(parsed, response_id, len(output), call))
-    status = "incomplete" if answer.stop_reason == "max_tokens" else "completed"
+    status = "incomplete" if answer.stop_reason == "length" else "completed"
     if status == "incomplete":
         output[-1]["status"] = "incomplete"  # the item the cap cut short
     return envelope(parsed, response_id, created_at, status, output, answer.usage)

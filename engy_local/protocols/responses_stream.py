@@ -398,7 +398,7 @@ class ResponseStream:
         ]
 
     def _finish(self, event: Finished) -> list[dict[str, Any]]:
-        cut = event.stop_reason == "max_tokens"
+        cut = event.stop_reason == "length"
         events: list[dict[str, Any]] = []
         if self._message is None and not self._done and not self._calls:
             # No item at all: the answer is the (maybe empty) held-back text.

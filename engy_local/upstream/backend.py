@@ -1,6 +1,6 @@
 """`Backend` on an upstream engine (llama-server, vLLM, SGLang) that takes
 token ids: engy renders and tokenizes the prompt exactly as the local engine
-does (engine/prepare.py, on the model's own vocabulary and template), sends
+does (prompt/prepare.py, on the model's own vocabulary and template), sends
 the ids to the upstream's completions endpoint, and feeds what comes back
 to the same family parser, so the layers above see the same events as from
 the local pool.
@@ -23,73 +23,35 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from ..backend import ModelInfo, ModelStatus
-from ..chat import (
-    ChatRequest,
-    Event,
-    Finished,
-    PromptProgress,
-    Started,
-    StopReason,
-    ThinkingDelta,
-    ToolCallEnd,
-    Usage,
-)
-from ..engine.hfvocab import HFVocabulary, is_hf_tokenizer
-from ..engine.local import ServedModel
-from ..engine.pool import provider_failure
-from ..engine.prepare import Prepared, count_tokens, prepare
-from ..engine.vocab import Vocabulary
-from ..errors import Busy, EngyError, ModelNotFound, NoWorker
+from ..backend import ModelInfo, ModelStatus, provider_failure
+from ..chat import ChatRequest, Event, PromptProgress, Started
+from ..errors import Busy, EngyError, ModelNotFound, NoWorker, UpstreamLost
 from ..events import Queue, drain
 from ..models.catalog import quant_of
-from .errors import UpstreamLost, from_status, from_transport
-from .spec import UpstreamSpec
-from .text import AnswerText
-from .wire import (
-    ENDPOINTS,
-    GRAMMARS,
-    KINDS,
-    Chunk,
-    Grammar,
-    Kind,
-    Reason,
-    grammar_dialect,
-    parse_chunk,
-    request_body,
-)
+from ..prompt.assemble import AnswerAssembler
+from ..prompt.detokenize import Pieces, TextEnd, TokenText
+from ..prompt.prepare import Prepared, PromptModel, count_tokens, prepare
+from .errors import from_status, from_transport
+from .options import UpstreamOptions
+from .wire import ENDPOINTS, Chunk, Grammar, grammar_dialect, parse_chunk, request_body
+
+
+class Vocabulary(PromptModel, Pieces, Protocol):
+    """The tokenizer engy renders an upstream's prompts with: a GGUF's
+    vocabulary alone (runtime/vocab.py) or a Hugging Face one (prompt/hfvocab.py).
+    Its window is the upstream's, once asked."""
+
+    n_ctx: int
+
+    def close(self) -> None: ...
+
 
 log = logging.getLogger("engy.requests")
-
-_REASONS: dict[Reason, StopReason] = {
-    "end": "end_turn",
-    "length": "max_tokens",
-    "stop": "stop_sequence",
-}
-
-
-@dataclass(frozen=True)
-class UpstreamOptions:
-    url: str  # the upstream's base URL: http://host:port
-    tokenizer: Path  # the GGUF (or HF tokenizer) whose vocabulary and template are used
-    id: str  # the model id engy serves it as
-    kind: Kind = "llamacpp"
-    model: str | None = None  # the name sent to the upstream (openai kind)
-    key: str | None = None  # sent as Authorization: Bearer
-    aliases: tuple[str, ...] = ()
-    chat_template: str | None = None  # overrides the GGUF's
-    family: str | None = None  # overrides the family detection
-    ctx_size: int | None = None  # cap on the window (None: the upstream's)
-    quantization: str = ""
-    backend: str = "upstream"  # what GET /v1/models and engy ps call its device
-    gpu: bool | None = None  # runs on a GPU, as configured (None: not known)
-    grammar: Grammar | None = None  # its grammar parameter (openai kind); None: discover
 
 
 class UpstreamGeneration:
@@ -186,13 +148,13 @@ class UpstreamGeneration:
                 yield parse_chunk(kind, data)
 
     async def _events(self) -> AsyncIterator[Event]:
-        prepared, vocab = self._prepared, self._backend.vocab
-        parser = prepared.new_parser()
-        text = AnswerText(vocab, prepared.params.stop)
+        prepared = self._prepared
+        text = TokenText(self._backend.vocab, prepared.params.stop)
+        answer = AnswerAssembler(prepared.new_parser(), prepared.single_call)
         n_prompt = self.prompt_tokens
-        started, cached, reasoning, called = False, 0, 0, False
+        started, cached = False, 0
         counted: int | None = None  # output tokens as the upstream counts them
-        reason: Reason | None = None
+        end: TextEnd | None = None
         t_start, t_first = time.monotonic(), 0.0
 
         async for chunk in self._chunks():
@@ -203,7 +165,7 @@ class UpstreamGeneration:
                 yield Started(n_prompt, cached)
             if chunk.progress is not None and chunk.progress[0] < chunk.progress[1]:
                 yield PromptProgress(*chunk.progress)
-            if reason is not None:
+            if end is not None:
                 continue  # the answer has ended: only counts follow
             if chunk.has_tokens:
                 pieces = [text.push_token(t) for t in chunk.tokens]
@@ -212,45 +174,39 @@ class UpstreamGeneration:
             cut = False
             for piece, why in pieces:
                 t_first = t_first or time.monotonic()
-                events = parser.feed(piece)
-                reasoning += any(isinstance(e, ThinkingDelta) for e in events)
-                for event in events:
+                for event in answer.feed(piece):
                     yield event
-                called = called or any(isinstance(e, ToolCallEnd) for e in events)
                 # A stop string, or the one call asked for: engy ends the
                 # answer itself and closes the stream (the upstream stops).
-                cut = why == "stop" or (called and prepared.single_call and why is None)
+                cut = why == "stop" or (answer.done and why is None)
                 if why is not None or cut:
-                    reason = why or "end"
+                    end = why or "end"
                     break
             if cut:
                 break
-            if reason is None:
-                reason = chunk.finish
+            if end is None:
+                end = chunk.finish
             # After an end the upstream still sends its counts (llama-server's
             # final chunk, OpenAI's usage chunk): read on to the stream's end.
-        if reason is None:
+        if end is None:
             raise UpstreamLost(f"upstream {self._backend.url} ended the stream before the answer")
         tail = text.flush()
-        closing = [*(parser.feed(tail) if tail else []), *parser.finish()]
-        for event in closing:
-            yield event
-            called = called or isinstance(event, ToolCallEnd)
-        stop = _REASONS[reason]
-        if called and stop == "end_turn":
-            stop = "tool_use"
+        if tail:
+            for event in answer.feed(tail):
+                yield event
         produced = text.produced or counted or 0
-        yield Finished(stop, Usage(n_prompt, cached, produced, reasoning))
-        end = time.monotonic()
+        for event in answer.finish(end, n_prompt, cached, produced):
+            yield event
+        finished = time.monotonic()
         log.info(
             "%s upstream prompt=%d cached=%d ttft=%.2fs decode=%.1f tok/s tokens=%d stop=%s",
             self._backend.options.id,
             n_prompt,
             cached,
-            (t_first or end) - t_start,
-            max(0, produced - 1) / max(1e-6, end - (t_first or end)),
+            (t_first or finished) - t_start,
+            max(0, produced - 1) / max(1e-6, finished - (t_first or finished)),
             produced,
-            stop,
+            answer.stop_reason,
         )
 
 
@@ -260,6 +216,7 @@ class UpstreamBackend:
     def __init__(
         self,
         options: UpstreamOptions,
+        vocab: Vocabulary,
         *,
         output_cap: int = 8192,
         queue_size: int = 16,
@@ -273,12 +230,8 @@ class UpstreamBackend:
         self.heartbeat = heartbeat
         self.limit = parallel + queue_size  # requests in flight before 429
         self.in_flight = 0
-        vocabulary = HFVocabulary if is_hf_tokenizer(options.tokenizer) else Vocabulary
-        self.vocab: Vocabulary | HFVocabulary = vocabulary(
-            options.tokenizer, chat_template=options.chat_template, family=options.family
-        )
-        # As configured, else as the snapshot says (a GGUF's comes in options).
-        self.quantization = options.quantization or getattr(self.vocab, "quantization", "")
+        self.vocab = vocab
+        self.quantization = options.quantization
         self._headers = {"authorization": f"Bearer {options.key}"} if options.key else {}
         self._timeout = httpx.Timeout(connect=5.0, read=timeout, write=30.0, pool=5.0)
         # One client per event loop (the server has one; tests may make more).
@@ -457,64 +410,3 @@ class UpstreamBackend:
         # ended by now: nothing to await, the sockets close with it.
         self._client = None
         self.vocab.close()
-
-
-def upstream_options(served: ServedModel, spec: UpstreamSpec) -> UpstreamOptions:
-    """An upstream whose vocabulary and template are those of `served` (MODEL,
-    or its tokenizer= GGUF), with its catalog settings (a chat template, a
-    family override). It is served as its model= when given, else under the
-    GGUF's id and aliases."""
-    load, model = served.options, spec.model
-    names = (served.id, *served.aliases)
-    return UpstreamOptions(
-        url=spec.url,
-        tokenizer=load.path,
-        id=model or served.id,
-        kind=_kind(spec.kind),
-        model=model,
-        key=spec.key,
-        aliases=tuple(n for n in names if n != (model or served.id)),
-        chat_template=load.chat_template,
-        family=load.family,
-        ctx_size=load.ctx_size,
-        quantization=spec.quantization or served.quantization,
-        gpu=_gpu(spec),
-        grammar=_grammar(spec),
-    )
-
-
-def hf_upstream_options(path: Path, spec: UpstreamSpec, ctx_size: int | None) -> UpstreamOptions:
-    """An upstream with a Hugging Face tokenizer (its snapshot's directory or
-    tokenizer.json): served as its model=, else under the directory's name."""
-    folder = path if path.is_dir() else path.parent
-    return UpstreamOptions(
-        url=spec.url,
-        tokenizer=path,
-        id=spec.model or folder.resolve().name,
-        kind=_kind(spec.kind),
-        model=spec.model,
-        key=spec.key,
-        ctx_size=ctx_size,
-        quantization=spec.quantization or "",
-        gpu=_gpu(spec),
-        grammar=_grammar(spec),
-    )
-
-
-def _kind(kind: str) -> Kind:
-    dialect = next((k for k in KINDS if k == kind), None)
-    if dialect is None:
-        raise EngyError(f"--upstream-kind {kind!r}: one of {', '.join(KINDS)}")
-    return dialect
-
-
-def _grammar(spec: UpstreamSpec) -> Grammar | None:
-    return next((g for g in GRAMMARS if g == spec.grammar), None)
-
-
-def _gpu(spec: UpstreamSpec) -> bool | None:
-    """As configured; vLLM and SGLang (the openai kind) run on GPUs; what a
-    llama-server runs on it does not say."""
-    if spec.gpu is not None:
-        return spec.gpu
-    return True if spec.kind == "openai" else None

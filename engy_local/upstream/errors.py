@@ -16,16 +16,16 @@ from typing import Any
 
 import httpx
 
-from ..errors import Busy, EngyError, GenerationTimeout, InvalidRequest, NoWorker, ServerError
+from ..errors import (
+    Busy,
+    EngyError,
+    GenerationTimeout,
+    InvalidRequest,
+    ServerError,
+    UpstreamLost,
+    UpstreamUnavailable,
+)
 from .wire import error_message
-
-
-class UpstreamUnavailable(NoWorker):
-    """The upstream cannot be reached, or says it is unavailable (503)."""
-
-
-class UpstreamLost(ServerError):
-    """The upstream closed or broke the stream before the answer ended."""
 
 
 def from_status(url: str, status: int, body: Any) -> EngyError:

@@ -27,11 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..engine.decode import SamplingParams
+from ..prompt.detokenize import TextEnd
+from ..prompt.prepare import SamplingParams
 
 Kind = Literal["llamacpp", "openai"]
-# Why an answer ended: its end token, max_tokens, a stop string.
-Reason = Literal["end", "length", "stop"]
+# Why an answer ended: its end token, max_tokens, a stop string (the
+# upstream's words for them are mapped to these).
+Reason = TextEnd
 KINDS: tuple[Kind, ...] = ("llamacpp", "openai")
 
 ENDPOINTS: dict[Kind, str] = {"llamacpp": "/completion", "openai": "/v1/completions"}

@@ -1,0 +1,250 @@
+"""The `engy` command line: Typer wiring only. Each command calls a function
+that tests can call directly; options are declared once, in options.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Optional
+
+import typer
+import typer.core
+from rich.console import Console
+
+from .options import (
+    DEFAULT_PORT,
+    DEFAULT_URL,
+    AsJson,
+    ClientKey,
+    CtxSize,
+    GpuLayers,
+    Mmproj,
+    ModelArg,
+    Rpc,
+    Threads,
+    Url,
+    console,
+    gpu_layers,
+    one_line_errors,
+)
+from .serve import serve
+
+# typer needs Optional on Python 3.10.
+# ruff: noqa: UP045
+
+app = typer.Typer(
+    help="Local inference for agent tools: Anthropic Messages, OpenAI Responses and Chat "
+    "Completions on llama.cpp.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.command()(serve)
+
+
+@app.command()
+def chat(
+    model: ModelArg = None,
+    url: Annotated[
+        Optional[str],
+        typer.Option(help="Talk to a running server (engy serve) instead of loading the model"),
+    ] = None,
+    api: Annotated[
+        str, typer.Option(help="With --url: the API to speak, 'messages' or 'responses'")
+    ] = "messages",
+    api_key: ClientKey = None,
+    system: Annotated[Optional[str], typer.Option(help="System prompt")] = None,
+    think: Annotated[
+        Optional[bool],
+        typer.Option("--think/--no-think", help="Ask for thinking, or not (default: the model's)"),
+    ] = None,
+    hide_thinking: Annotated[
+        bool, typer.Option("--hide-thinking", help="Do not show the model's thinking")
+    ] = False,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Cap on tokens per answer (0: what fits)")
+    ] = 0,
+    temperature: Annotated[
+        Optional[float], typer.Option(help="Sampling temperature (default: the engine's)")
+    ] = None,
+    ctx_size: CtxSize = 32768,
+    gpu_layers_: GpuLayers = "auto",
+    threads: Threads = 0,
+    mmproj: Mmproj = None,
+) -> None:
+    """Talk to a model in the terminal: in-process, or through a server with --url."""
+    from ..models.catalog import engy_home
+    from .repl import ChatOptions, run_chat
+
+    if api not in ("messages", "responses"):
+        raise typer.BadParameter("expected 'messages' or 'responses'", param_hint="--api")
+    options = ChatOptions(
+        model=model,
+        url=url,
+        api="messages" if api == "messages" else "responses",
+        api_key=api_key or None,
+        system=system,
+        thinking=think,
+        show_thinking=not hide_thinking,
+        max_tokens=max_tokens or None,
+        temperature=temperature,
+        ctx_size=ctx_size or None,
+        gpu_layers=gpu_layers(gpu_layers_),
+        threads=threads or None,
+        history=engy_home() / "chat_history",
+        mmproj=mmproj.expanduser() if mmproj else None,
+    )
+    raise typer.Exit(run_chat(options, Console()))
+
+
+@app.command(name="models")
+def list_catalog() -> None:
+    """List the models in the catalog."""
+    from ..models.catalog import load_catalog
+
+    catalog = load_catalog()
+    for entry in catalog.entries.values():
+        mark = " (default)" if entry.id == catalog.default else ""
+        typer.echo(f"{entry.id}\t{entry.quant}\t{entry.name}{mark}")
+
+
+@app.command()
+def pull(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="A catalog id (id@quant), hf:owner/repo[:quant or file], a URL or a GGUF path"
+        ),
+    ],
+) -> None:
+    """Download a model into the store (a GGUF path is recorded, not copied)."""
+    from .inventory import human_size, pull_with_progress
+
+    with one_line_errors():
+        record = pull_with_progress(ref, console)
+    what = f"{record.quant}, {human_size(record.size)}" if record.quant else human_size(record.size)
+    console.print(f"{record.id} ({what}): {record.path}", soft_wrap=True, highlight=False)
+
+
+@app.command(name="list")
+def list_models() -> None:
+    """List the installed models: pulled, imported, and found in the Hugging Face cache."""
+    from ..models.store import installed
+    from .inventory import list_table
+
+    Console().print(list_table(installed()))
+
+
+@app.command()
+def show(
+    model: Annotated[str, typer.Argument(help="An installed model's id, alias or file")],
+) -> None:
+    """Show what an installed model is: architecture, size, context, template, licence."""
+    from .inventory import describe
+
+    with one_line_errors():
+        rows = describe(model)
+    out = Console()
+    for key, value in rows:
+        out.print(f"[bold]{key:<18}[/bold]{value}", soft_wrap=True, highlight=False)
+
+
+@app.command(name="rm")
+def remove(
+    model: Annotated[str, typer.Argument(help="An installed model's id (id@quant: one)")],
+) -> None:
+    """Remove a model from the store (a file imported by path is forgotten, not deleted)."""
+    from ..models.store import remove as remove_model
+    from .inventory import removed_lines
+
+    with one_line_errors():
+        gone = remove_model(model)
+    for line in removed_lines(gone):
+        console.print(line, soft_wrap=True, highlight=False)
+
+
+class _ClientArgsCommand(typer.core.TyperCommand):
+    """Everything after `--` is the client's, kept apart before parsing (so
+    that `engy launch claude -- -p hi` does not read `-p` as MODEL)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # a click Context
+        if "--" in args:
+            cut = args.index("--")
+            args, ctx.meta["client_args"] = args[:cut], args[cut + 1 :]
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_ClientArgsCommand)
+def launch(
+    ctx: typer.Context,
+    client: Annotated[str, typer.Argument(help="claude (Claude Code) or codex (Codex)")],
+    model: Annotated[
+        Optional[str],
+        typer.Argument(help="A model the server serves, a GGUF path or a catalog id"),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Where engy runs, or is started")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="engy's port")] = DEFAULT_PORT,
+    api_key: ClientKey = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave a server started here running")
+    ] = False,
+    small_model: Annotated[
+        Optional[str],
+        typer.Option("--small-model", help="Claude Code: the model for haiku and subagents"),
+    ] = None,
+    ctx_size: CtxSize = 32768,
+) -> None:
+    """Run Claude Code or Codex on a local model: `engy launch claude [MODEL] [-- ARGS]`."""
+    from .launch import LaunchOptions
+    from .launch import launch as run_launch
+
+    if client not in ("claude", "codex"):
+        raise typer.BadParameter("expected 'claude' or 'codex'", param_hint="CLIENT")
+    options = LaunchOptions(
+        client="claude" if client == "claude" else "codex",
+        model=model,
+        client_args=tuple(ctx.meta.get("client_args", ())),
+        host=host,
+        port=port,
+        api_key=api_key or None,
+        keep=keep,
+        small_model=small_model,
+        serve_args=["--ctx-size", str(ctx_size)],
+    )
+    with one_line_errors():
+        code = run_launch(options, console)
+    raise typer.Exit(code)
+
+
+@app.command()
+def ps(url: Url = DEFAULT_URL, api_key: ClientKey = None, as_json: AsJson = False) -> None:
+    """What a running engy holds: each loaded model, its window, memory, keep-alive."""
+    from .ps import fetch_status, print_status
+
+    with one_line_errors():
+        models = fetch_status(url, api_key or None)
+    print_status(models, url, as_json, Console())
+
+
+@app.command()
+def doctor(
+    model: ModelArg = None,
+    ctx_size: CtxSize = 32768,
+    gpu_layers_: GpuLayers = "auto",
+    rpc: Rpc = None,
+    as_json: AsJson = False,
+) -> None:
+    """Check that a model works for coding agents: load, template, tools, cache, clients."""
+    from .doctor import DoctorOptions, print_report, run_doctor
+
+    options = DoctorOptions(model, ctx_size or None, gpu_layers(gpu_layers_), rpc=tuple(rpc or ()))
+    report = run_doctor(options, Console(stderr=True) if as_json else Console())
+    print_report(report, as_json, Console())
+    raise typer.Exit(0 if report.passed else 1)
+
+
+def main() -> None:  # pragma: no cover
+    logging.basicConfig(level=logging.WARNING)
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

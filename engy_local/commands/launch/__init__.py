@@ -1,0 +1,13 @@
+"""`engy launch claude|codex`: a coding agent on a local model in one command.
+
+clients.py  where the client is, its version, the npm package that works
+server.py   the running engy on --host/--port, or one started here
+claude.py   Claude Code's environment for the model as loaded
+codex.py    Codex's -c overrides and engy's own model catalog file
+run.py      launch(): all of it, then the client, then cleaning up
+"""
+
+from ...errors import LaunchError
+from .run import LaunchOptions, launch
+
+__all__ = ["LaunchError", "LaunchOptions", "launch"]

@@ -1,0 +1,72 @@
+"""Claude Code on an engy model: everything is environment variables (see
+shared/reference/clients.md), so nothing of the user's is written."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ...backend import ModelStatus
+
+# Sent when the server has no --api-key: Claude Code wants some key.
+PLACEHOLDER_KEY = "engy-local"
+# Claude Code asks for 32000 output tokens; a local window needs room left
+# for the prompt, so the cap is a quarter of it, at most this.
+MAX_OUTPUT_CAP = 8192
+
+
+# Claude Code 2.1.332 reads an auto-compact window under 100k tokens as 100k
+# (it says so at start-up), and compacts when 33k are left of it.
+CLAUDE_MIN_WINDOW = 100_000
+CLAUDE_COMPACT_BUFFER = 33_000
+
+
+def compaction_warning(context_length: int) -> str | None:
+    """What to tell the user when Claude Code cannot compact in time."""
+    if context_length >= CLAUDE_MIN_WINDOW:
+        return None
+    at = CLAUDE_MIN_WINDOW - CLAUDE_COMPACT_BUFFER
+    return (
+        f"Claude Code takes a window under {CLAUDE_MIN_WINDOW // 1000}k tokens as "
+        f"{CLAUDE_MIN_WINDOW // 1000}k and compacts at about {at // 1000}k, past this "
+        f"{context_length}-token one: a longer session ends in 'prompt is too long' unless "
+        f"you /compact, or serve a window of {CLAUDE_MIN_WINDOW // 1000}k or more (--ctx-size)"
+    )
+
+
+def output_cap(context_length: int) -> int:
+    return max(256, min(MAX_OUTPUT_CAP, context_length // 4))
+
+
+def claude_env(
+    base: Mapping[str, str],
+    url: str,
+    api_key: str | None,
+    model: ModelStatus,
+    small_model: str | None = None,
+) -> dict[str, str]:
+    """The environment Claude Code runs with: `base` (the user's) with the
+    server, the key, every model tier, the real window and side traffic off."""
+    env = dict(base)
+    # A real Anthropic key must not go to the local server, and with both
+    # set Claude Code asks which to use.
+    env.pop("ANTHROPIC_API_KEY", None)
+    small = small_model or model.id
+    env.update(
+        ANTHROPIC_BASE_URL=url,
+        ANTHROPIC_AUTH_TOKEN=api_key or PLACEHOLDER_KEY,
+        ANTHROPIC_MODEL=model.id,
+        ANTHROPIC_DEFAULT_OPUS_MODEL=model.id,
+        ANTHROPIC_DEFAULT_SONNET_MODEL=model.id,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=small,
+        ANTHROPIC_SMALL_FAST_MODEL=small,  # the haiku tier's older name
+        CLAUDE_CODE_SUBAGENT_MODEL=small,
+        # The per-request attribution block changes the system prompt's
+        # start every turn, which would defeat the KV cache.
+        CLAUDE_CODE_ATTRIBUTION_HEADER="0",
+        # Without it Claude Code assumes 1M tokens and never compacts.
+        CLAUDE_CODE_AUTO_COMPACT_WINDOW=str(model.context_length),
+        CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(output_cap(model.context_length)),
+        # Title requests, telemetry and update checks: none.
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    return env

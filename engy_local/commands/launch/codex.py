@@ -1,0 +1,162 @@
+"""Codex on an engy model, without touching the user's config.toml: the
+provider, the model and its window go in as `-c` overrides, and the model's
+catalog entry (what tells Codex to send `apply_patch` as the freeform tool
+engy returns as `custom_tool_call`) is a JSON file of engy's own.
+
+The catalog entry starts from one of the catalog Codex ships in its binary
+(`codex debug models --bundled`), so its instructions are the ones this
+Codex version is built with; engy only states what the local model is."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ...backend import ModelStatus
+from .claude import PLACEHOLDER_KEY, output_cap
+
+PROVIDER = "engy"
+KEY_VARIABLE = "ENGY_API_KEY"
+# Families that write one call per message (harmony): no parallel calls.
+SINGLE_CALL_FAMILIES = frozenset({"gpt-oss"})
+# Fields of a shipped entry that describe OpenAI's service, not a model
+# served locally; they are reset.
+_LOCAL: dict[str, Any] = {
+    "upgrade": None,
+    "availability_nux": None,
+    "visibility": "list",
+    "supported_in_api": True,
+    "priority": 0,
+    "additional_speed_tiers": [],
+    "service_tiers": [],
+    "supports_search_tool": False,
+    "include_plugin_usage_instructions": False,
+    "include_apps_usage_instructions": False,
+    "experimental_supported_tools": [],
+    "input_modalities": ["text"],
+    "use_responses_lite": False,
+}
+
+
+def auto_compact_limit(context_length: int) -> int:
+    """Compact while the window still has room for an answer."""
+    return context_length - output_cap(context_length)
+
+
+def bundled_catalog(codex: Path, env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The model entries this Codex binary ships with ([] if it cannot say)."""
+    try:
+        r = subprocess.run(
+            [str(codex), "debug", "models", "--bundled"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+        )
+        models = json.loads(r.stdout).get("models") if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError):
+        return []
+    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+
+def _template(shipped: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The shipped entry closest to a plain tool-calling model: direct tool
+    calls (no code-only tool mode, no multi-agent v2) and freeform apply_patch."""
+
+    def plain(m: dict[str, Any]) -> bool:
+        return "tool_mode" not in m and "multi_agent_version" not in m
+
+    ranked = sorted(
+        shipped,
+        key=lambda m: (not plain(m), m.get("apply_patch_tool_type") != "freeform"),
+    )
+    return dict(ranked[0]) if ranked and "base_instructions" in ranked[0] else None
+
+
+def catalog_entry(model: ModelStatus, shipped: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Codex's model metadata for `model` as loaded, or None when this
+    Codex ships no catalog to start from."""
+    entry = _template(shipped)
+    if entry is None:
+        return None
+    for key in ("tool_mode", "multi_agent_version", "multi_agent_reasoning_effort"):
+        entry.pop(key, None)
+    entry.update(_LOCAL)
+    window = model.context_length
+    entry.update(
+        slug=model.id,
+        display_name=model.id,
+        description=f"{model.id} on engy ({model.backend}, {window}-token window)",
+        context_window=window,
+        max_context_window=window,
+        auto_compact_token_limit=auto_compact_limit(window),
+        apply_patch_tool_type="freeform",
+        supports_parallel_tool_calls=model.family not in SINGLE_CALL_FAMILIES,
+        supports_reasoning_summaries=model.thinking,
+    )
+    if model.thinking:
+        # engy turns thinking on or off; it has no effort levels to pick.
+        entry["supported_reasoning_levels"] = [
+            {"effort": "medium", "description": "The model thinks before it answers"}
+        ]
+        entry["default_reasoning_level"] = "medium"
+    else:
+        entry["supported_reasoning_levels"] = []
+        entry.pop("default_reasoning_level", None)
+    return entry
+
+
+def write_catalog(directory: Path, entry: dict[str, Any]) -> Path:
+    """engy's own catalog file for one model, beside nothing of the user's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", str(entry["slug"]))
+    path = directory / f"codex-model-{safe}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"models": [entry]}, indent=2, ensure_ascii=False))
+    tmp.replace(path)
+    return path
+
+
+def _toml(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(value)  # a TOML basic string
+
+
+def codex_overrides(url: str, model: ModelStatus, catalog: Path | None) -> list[str]:
+    """`-c key=value` arguments: they take precedence over config.toml and
+    change nothing on disk."""
+    window = model.context_length
+    settings: dict[str, str | int | bool] = {
+        "model_provider": PROVIDER,
+        f"model_providers.{PROVIDER}.name": PROVIDER,
+        f"model_providers.{PROVIDER}.base_url": url + "/v1",
+        f"model_providers.{PROVIDER}.wire_api": "responses",
+        f"model_providers.{PROVIDER}.env_key": KEY_VARIABLE,
+        "model": model.id,
+        "model_context_window": window,
+        "model_auto_compact_token_limit": auto_compact_limit(window),
+        # Usage reports and ChatGPT-only features would go to OpenAI.
+        "analytics.enabled": False,
+        "features.plugins": False,
+        "features.apps": False,
+    }
+    if catalog is not None:
+        settings["model_catalog_json"] = str(catalog)
+    out: list[str] = []
+    for key, value in settings.items():
+        out += ["-c", f"{key}={_toml(value)}"]
+    return out
+
+
+def codex_env(base: Mapping[str, str], api_key: str | None) -> dict[str, str]:
+    env = dict(base)
+    env[KEY_VARIABLE] = api_key or PLACEHOLDER_KEY
+    return env

@@ -1,0 +1,144 @@
+"""`engy launch`: find the client, find or start the server, configure the
+client for the model as loaded, run it, and stop what was started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from ...errors import LaunchError
+from ...models.catalog import engy_home
+from .claude import claude_env, compaction_warning, output_cap
+from .clients import Client, ClientName, find_client
+from .codex import bundled_catalog, catalog_entry, codex_env, codex_overrides, write_catalog
+from .server import Server, connect
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    client: ClientName
+    model: str | None = None
+    client_args: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8642
+    api_key: str | None = None
+    keep: bool = False  # leave a server started here running
+    small_model: str | None = None  # Claude Code's haiku tier and subagents
+    serve_args: list[str] = field(default_factory=list)  # for a server started here
+    home: Path | None = None  # engy's own files (default: ENGY_HOME)
+
+
+def launch(options: LaunchOptions, console: Console) -> int:
+    """Run the client on an engy model; its exit code. Raises LaunchError."""
+    client = find_client(options.client)
+    warning = client.too_old()
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True, highlight=False)
+    home = options.home or engy_home()
+    with console.status("starting engy..."):
+        server = connect(
+            options.model,
+            options.host,
+            options.port,
+            options.api_key,
+            options.serve_args,
+            home / "logs",
+            lambda line: console.print(line, soft_wrap=True, highlight=False),
+        )
+    try:
+        m = server.model
+        where = (
+            f"engy started here (pid {server.process.pid}), stopped when {options.client} exits"
+            if server.process is not None and not options.keep
+            else "engy started here, left running"
+            if server.process is not None
+            else "engy already running"
+        )
+        console.print(
+            f"[bold]engy launch[/bold] {client.spec.title} {client.version_text} on "
+            f"[cyan]{m.id}[/cyan] ({m.context_length} tokens, {m.backend}) at {server.url}: "
+            f"{where}",
+            soft_wrap=True,
+            highlight=False,
+        )
+        argv, env = _configure(client, server, options, home, console)
+        return run_client(argv, env)
+    finally:
+        if server.process is not None:
+            if options.keep:
+                console.print(
+                    f"engy left running at {server.url} (pid {server.process.pid}, "
+                    f"log {server.log})",
+                    soft_wrap=True,
+                    highlight=False,
+                )
+            else:
+                server.stop()
+
+
+def _configure(
+    client: Client, server: Server, options: LaunchOptions, home: Path, console: Console
+) -> tuple[list[str], dict[str, str]]:
+    m = server.model
+    if client.spec.name == "claude":
+        env = claude_env(os.environ, server.url, options.api_key, m, options.small_model)
+        console.print(
+            f"  Claude Code: every model tier {m.id}"
+            + (f" (haiku and subagents {options.small_model})" if options.small_model else "")
+            + f", auto-compact at the {m.context_length}-token window, "
+            f"{output_cap(m.context_length)} output tokens at most",
+            soft_wrap=True,
+            highlight=False,
+        )
+        warning = compaction_warning(m.context_length)
+        if warning:
+            console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True, highlight=False)
+        return [str(client.path), *options.client_args], env
+    env = codex_env(os.environ, options.api_key)
+    entry = catalog_entry(m, bundled_catalog(client.path, env))
+    catalog = write_catalog(home / "codex", entry) if entry is not None else None
+    if catalog is None:
+        console.print(
+            "[yellow]warning:[/yellow] this Codex ships no model catalog to start from; "
+            "apply_patch comes as a function tool",
+            highlight=False,
+        )
+    console.print(
+        f"  Codex: provider {server.url}/v1 and model {m.id} as -c overrides "
+        f"(config.toml is not changed)" + (f", model catalog {catalog}" if catalog else ""),
+        soft_wrap=True,
+        highlight=False,
+    )
+    return [str(client.path), *codex_overrides(server.url, m, catalog), *options.client_args], env
+
+
+def run_client(argv: Sequence[str], env: dict[str, str]) -> int:
+    """Run the client in this terminal. Ctrl-C is the client's to handle
+    (it stops a turn); engy waits for it to exit. A Python handler, unlike
+    SIG_IGN, is not inherited: the client gets the default disposition."""
+
+    def wait_for_client(signum: int, frame: object) -> None:
+        pass
+
+    previous = signal.signal(signal.SIGINT, wait_for_client)
+    try:
+        proc = subprocess.Popen(list(argv), env=env)
+    except OSError as exc:
+        signal.signal(signal.SIGINT, previous)
+        raise LaunchError(f"cannot run {argv[0]}: {exc}") from None
+    try:
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+        signal.signal(signal.SIGINT, previous)
+
+
+__all__ = ["LaunchError", "LaunchOptions", "launch"]

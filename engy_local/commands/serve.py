@@ -1,0 +1,177 @@
+"""`engy serve`: its options, in the panels of `engy serve --help`, turned
+into `ServeOptions` (units converted, 0 meaning "none" where it says so)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ..server.options import ServeOptions
+from .options import (
+    DEFAULT_PORT,
+    MODEL,
+    NETWORK,
+    RPC,
+    SESSIONS,
+    UPSTREAM,
+    VISION,
+    CtxSize,
+    GpuLayers,
+    Host,
+    Mmproj,
+    ModelArg,
+    Port,
+    Rpc,
+    ServerKey,
+    Threads,
+    console,
+    gpu_layers,
+    one_line_errors,
+)
+
+# typer needs Optional on Python 3.10.
+# ruff: noqa: UP045
+
+
+def _opt(help: str, panel: str, *names: str, **kw: Any) -> Any:
+    return typer.Option(*names, help=help, rich_help_panel=panel, **kw)
+
+
+def serve(
+    model: ModelArg = None,
+    ctx_size: CtxSize = 32768,
+    gpu_layers_: GpuLayers = "auto",
+    threads: Threads = 0,
+    max_output_tokens: Annotated[
+        int, _opt("Cap on output tokens per request, on every endpoint", MODEL)
+    ] = 8192,
+    memory_budget: Annotated[
+        float, _opt("GiB the loaded models may take (0: 80% of RAM)", MODEL, min=0)
+    ] = 0,
+    keep_alive: Annotated[
+        float, _opt("Seconds an idle model stays loaded (0: until room is needed)", MODEL)
+    ] = 1800,
+    queue_size: Annotated[int, _opt("Requests that may wait for the model", SESSIONS)] = 16,
+    parallel: Annotated[
+        int, _opt("Conversations each model serves at once (KV sequences)", SESSIONS, min=1)
+    ] = 4,
+    cache_ram: Annotated[
+        float, _opt("MiB of RAM for saved conversation states (0: none)", SESSIONS, min=0)
+    ] = 2048,
+    repack: Annotated[
+        Optional[bool],
+        _opt(
+            "CPU weight repacking (default: on, except where AMX would crash)",
+            MODEL,
+            "--repack/--no-repack",
+            envvar="ENGY_REPACK",
+        ),
+    ] = None,
+    host: Host = "127.0.0.1",
+    port: Port = DEFAULT_PORT,
+    api_key: ServerKey = None,
+    no_api_key: Annotated[
+        bool, _opt("Allow serving off loopback without a key", NETWORK, "--no-api-key")
+    ] = False,
+    allow_host: Annotated[
+        Optional[list[str]],
+        _opt(
+            "Also accept this Host name (repeat, or comma-separated; '*': any)",
+            NETWORK,
+            "--allow-host",
+            envvar="ENGY_ALLOW_HOST",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        Optional[list[str]],
+        _opt(
+            "Also accept requests from this browser Origin, e.g. https://app.example",
+            NETWORK,
+            "--allow-origin",
+            envvar="ENGY_ALLOW_ORIGIN",
+        ),
+    ] = None,
+    shutdown_grace: Annotated[
+        float, _opt("Seconds streams may finish on Ctrl-C / SIGTERM", NETWORK, min=0)
+    ] = 5.0,
+    timeout: Annotated[float, _opt("Seconds one generation may take (0: no limit)", NETWORK)] = 600,
+    upstream: Annotated[
+        Optional[list[str]],
+        _opt(
+            "Run the tokens on this engine (llama-server, vLLM, SGLang): "
+            "http://HOST:PORT[;kind=..;model=..;tokenizer=..;key=..;gpu=..;quantization=..] "
+            "(repeat for several)",
+            UPSTREAM,
+        ),
+    ] = None,
+    upstream_kind: Annotated[
+        str, _opt("Its completions API: llamacpp (/completion) or openai", UPSTREAM)
+    ] = "llamacpp",
+    upstream_model: Annotated[
+        Optional[str], _opt("The model's name at the upstream (and here)", UPSTREAM)
+    ] = None,
+    upstream_key: Annotated[
+        Optional[str], _opt("The upstream's API key", UPSTREAM, envvar="ENGY_UPSTREAM_KEY")
+    ] = None,
+    tokenizer: Annotated[
+        Optional[str],
+        _opt(
+            "The upstreams' vocabulary and template: a GGUF, a model id, or a Hugging "
+            "Face tokenizer.json or snapshot directory (default: MODEL)",
+            UPSTREAM,
+        ),
+    ] = None,
+    mmproj: Mmproj = None,
+    max_image_bytes: Annotated[
+        int, _opt("Largest image one request may send (413 over)", VISION)
+    ] = 5 * 1024 * 1024,
+    max_images: Annotated[int, _opt("Images one request may send (413 over)", VISION, min=0)] = 100,
+    rpc: Rpc = None,
+    tensor_split: Annotated[
+        Optional[str],
+        _opt("How much of the model each device takes, e.g. 3,1 (RPC workers, then GPUs)", RPC),
+    ] = None,
+) -> None:
+    """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
+    from ..runtime.rpc import parse_tensor_split
+    from ..server.start import run_server
+
+    with one_line_errors():
+        options = ServeOptions(
+            model=model,
+            host=host,
+            port=port,
+            ctx_size=ctx_size or None,
+            gpu_layers=gpu_layers(gpu_layers_),
+            threads=threads or None,
+            api_key=api_key or None,
+            no_api_key=no_api_key,
+            allow_hosts=tuple(allow_host or ()),
+            allow_origins=tuple(allow_origin or ()),
+            shutdown_grace=shutdown_grace,
+            timeout=timeout or None,
+            max_output_tokens=max_output_tokens,
+            queue_size=queue_size,
+            memory_budget=int(memory_budget * (1 << 30)) or None,
+            keep_alive=keep_alive or None,
+            upstream=tuple(upstream or ()),
+            upstream_kind=upstream_kind,
+            upstream_model=upstream_model or None,
+            upstream_key=upstream_key or None,
+            tokenizer=tokenizer or None,
+            parallel=parallel,
+            cache_ram=int(cache_ram * (1 << 20)),
+            repack=repack,
+            mmproj=_path(mmproj),
+            max_image_bytes=max_image_bytes,
+            max_images=max_images,
+            rpc=tuple(rpc or ()),
+            tensor_split=parse_tensor_split(tensor_split),
+        )
+        run_server(options, console)
+
+
+def _path(path: Path | None) -> Path | None:
+    return path.expanduser() if path else None

@@ -1,9 +1,0 @@
-"""Family "none": templates with no tool-call syntax. Text and reasoning
-only; tool calls for these models come through the generic family."""
-
-from __future__ import annotations
-
-from ..toolparse import PlainParser
-from . import Family
-
-FAMILY = Family(name="none", markers=(), parser=PlainParser)

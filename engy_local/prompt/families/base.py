@@ -1,0 +1,33 @@
+"""What a tool-call family is (see the package's docstring for each field)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...chat import Message, ToolSpec
+from ..schema import JSON, Notation
+from ..toolparse import ParserFactory
+
+# (tool names, the rule name of each tool's arguments object, rules so far)
+# -> adds a rule "call" matching one call in the family's syntax.
+CallRules = Callable[[list[str], list[str], dict[str, str]], None]
+# (the tools, rules so far) -> adds a rule "call" (see schema.value_rules).
+ToolRules = Callable[[list[ToolSpec], dict[str, str]], None]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    markers: tuple[str, ...]
+    parser: ParserFactory
+    call_rules: CallRules | None = None
+    tool_rules: ToolRules | None = None
+    priority: int = 100
+    thinking: Callable[[bool], dict[str, Any]] | None = None
+    reasoning_start: str = "<think>"
+    reasoning_end: str = "</think>"
+    tools_as_text: Callable[[Sequence[Message], Sequence[ToolSpec]], list[Message]] | None = None
+    # How values are written in the family's forced-call arguments.
+    notation: Notation = JSON

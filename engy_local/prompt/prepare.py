@@ -1,0 +1,211 @@
+"""From a neutral `ChatRequest` to what the token loop needs: the rendered and
+tokenized prompt, the sampling parameters, a grammar for forced tool calls
+and the parser for this model's output format."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..chat import ChatRequest, Message, ToolSpec
+from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
+from .families import Family
+from .forced import forced_call_grammar
+from .images import PlacedImages, image_placeholder, images_of, place_images
+from .messages import ImageSlots, to_template_messages, to_template_tools
+from .template import ChatTemplate
+from .toolparse import ForcedCallParser, ToolParser
+
+# Defaults for what a request leaves out (llama.cpp's own defaults).
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_P = 0.95
+DEFAULT_TOP_K = 40
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    stop: tuple[str, ...] = ()
+    grammar: str | None = None  # GBNF; constrains every sampled token
+
+
+class Media(Protocol):
+    """One image of a tokenized prompt: a run of `n_tokens` placeholder ids
+    starting at `start` (the runtime's vision.Media evaluates it)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def n_tokens(self) -> int: ...
+
+
+class Tokenized(Protocol):
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def media(self) -> tuple[Media, ...]: ...
+
+
+class Projector(Protocol):
+    """What rendering needs of a vision projector (the runtime's
+    vision.Projector): its media marker, and a tokenizer that puts each image
+    where the marker stands (raising UndecodableImage for one it cannot
+    read)."""
+
+    @property
+    def marker(self) -> str: ...
+
+    def tokenize(self, text: str, images: list[bytes]) -> Tokenized: ...
+
+
+class PromptModel(Protocol):
+    """What rendering and tokenizing need of a model: the loaded `Model`,
+    or a vocabulary alone (vocab.py) for a backend that runs it elsewhere."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def template(self) -> ChatTemplate: ...
+    @property
+    def family(self) -> Family: ...
+    @property
+    def projector(self) -> Projector | None: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    tokens: list[int]
+    params: SamplingParams
+    new_parser: Callable[[], ToolParser]
+    single_call: bool
+    # The prompt's images, each standing at `start` in `tokens` as a run of
+    # placeholder ids; prefill evaluates each with `media.eval` there.
+    media: tuple[Media, ...] = ()
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool]:
+    """The prompt text with its images, and whether tool calls are forced by
+    grammar."""
+    if model.projector is None and images_of(request.messages):
+        raise InvalidRequest(f"model {model.path.name} does not support images", param="messages")
+    choice = request.tool_choice
+    tools = () if choice.mode == "none" else request.tools
+    if choice.mode == "tool" and not any(t.name == choice.name for t in tools):
+        raise InvalidRequest(f"tool_choice: no tool named {choice.name!r}", param="tool_choice")
+    forced = choice.mode in ("any", "tool") and bool(tools)
+    extra: dict[str, object] = {}
+    # A forced call is constrained from the first token, so no thinking first.
+    thinking = False if forced else request.thinking
+    switch = model.template.thinking_switch
+    if thinking is not None and model.family.thinking is not None:
+        extra.update(model.family.thinking(thinking))
+    elif thinking is not None and switch:
+        extra[switch] = thinking
+    conversation: Sequence[Message] = request.messages
+    template_tools = to_template_tools(tools)
+    if model.family.tools_as_text is not None:
+        # The template cannot take tools: they, calls and results become text.
+        conversation, template_tools = model.family.tools_as_text(conversation, tools), []
+
+    def render_with(images: ImageSlots | None) -> str:
+        quirks = model.template.quirks
+        messages = to_template_messages(conversation, quirks=quirks, images=images)
+        return model.template.render(
+            messages,
+            tools=template_tools or None,
+            add_generation_prompt=True,
+            **extra,
+        )
+
+    if model.projector is None:
+        return PlacedImages(render_with(None), [], []), forced
+    placeholder = image_placeholder(model.template)
+    return place_images(conversation, render_with, placeholder, model.projector.marker), forced
+
+
+def tokenize(model: PromptModel, prompt: PlacedImages) -> tuple[list[int], tuple[Media, ...]]:
+    """The prompt's tokens, images as placeholder runs (see vision.py)."""
+    if not prompt.images or model.projector is None:
+        return model.tokenize(prompt.text), ()
+    try:
+        tokenized = model.projector.tokenize(prompt.text, prompt.images)
+    except UndecodableImage as exc:
+        where = prompt.sources[exc.index].where or f"image {exc.index + 1}"
+        raise InvalidRequest(f"{where}: the image could not be decoded", where) from None
+    return tokenized.tokens, tokenized.media
+
+
+def count_tokens(model: PromptModel, request: ChatRequest) -> int:
+    return len(tokenize(model, render(model, request)[0])[0])
+
+
+def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepared:
+    prompt, forced = render(model, request)
+    tokens, media = tokenize(model, prompt)
+    text = prompt.text
+    n, window = len(tokens), model.n_ctx
+    if n >= window:
+        raise PromptTooLong(n, window)
+    room = window - n
+    asked = request.sampling.max_tokens
+    if request.overflow == "reject" and asked is not None and n + asked > window:
+        raise PromptTooLong(
+            n,
+            window,
+            f"prompt is too long: {n} tokens + {asked} max output tokens > {window} maximum",
+        )
+    max_tokens = min(asked or output_cap, output_cap, room)
+
+    family = model.family
+    # Templates that open the reasoning block themselves leave the model
+    # inside it from the first token.
+    in_thinking = text.rstrip().endswith(family.reasoning_start)
+    choice = request.tool_choice
+    tools = () if choice.mode == "none" else request.tools
+    grammar = None
+    chosen: tuple[ToolSpec, ...] = tools
+    if forced:
+        if choice.mode == "tool":
+            chosen = tuple(t for t in tools if t.name == choice.name)
+        grammar = forced_call_grammar(chosen, family, reasoning=in_thinking)
+    # The names the model may call (under a grammar, only those it allows);
+    # as a mapping to each tool's parameters schema, so that families
+    # writing a tag per parameter can type the values.
+    names = {t.name: t.parameters for t in chosen}
+    parser_class = family.parser
+
+    def new_parser() -> ToolParser:
+        parser = parser_class(tools=names, thinking=in_thinking, new_id=new_call_id)
+        return ForcedCallParser(parser, list(names), new_call_id) if forced else parser
+
+    s = request.sampling
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=DEFAULT_TEMPERATURE if s.temperature is None else s.temperature,
+        top_p=DEFAULT_TOP_P if s.top_p is None else s.top_p,
+        top_k=DEFAULT_TOP_K if s.top_k is None else s.top_k,
+        stop=s.stop,
+        grammar=grammar,
+    )
+    return Prepared(
+        tokens=tokens,
+        params=params,
+        new_parser=new_parser,
+        single_call=forced or not choice.parallel,
+        media=media,
+    )

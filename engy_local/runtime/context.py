@@ -1,0 +1,178 @@
+"""The llama.cpp context of one model, built by hand: several KV sequences
+in one unified cache, flash attention where the backend has it, and the
+few memory and state calls the scheduler needs.
+
+Only the scheduler's thread uses a Context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+
+from ..errors import ModelLoadError, ServerError
+from .model import Model
+
+# Prompt tokens evaluated per step (llama_decode's n_batch and n_ubatch).
+# Measured on gemma-3-270m, 2 threads (README, Speed): 512 and 1024 prefill
+# at the same rate, 256 is slower; 512 keeps decode steps short while other
+# sequences are prefilling.
+BATCH = 512
+
+
+_FLASH = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+_PARTIAL = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+
+class Batch:
+    """A reusable llama_batch of up to `size` tokens."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.raw = llama_cpp.llama_batch_init(size, 0, 1)
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
+        """Adds a token; returns its index in the batch (for sampling)."""
+        i = self.n
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq
+        raw.logits[i] = logits
+        self.n += 1
+        return i
+
+    def free(self) -> None:
+        llama_cpp.llama_batch_free(self.raw)
+
+
+class Context:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.n_seq = model.parallel
+        p = llama_cpp.llama_context_default_params()
+        # Every sequence may hold a whole window at once.
+        p.n_ctx = model.n_ctx * self.n_seq
+        self.n_batch = BATCH
+        p.n_batch = BATCH
+        p.n_ubatch = BATCH
+        p.n_seq_max = self.n_seq
+        p.n_threads = model.threads
+        p.n_threads_batch = model.threads
+        p.flash_attn_type = _FLASH[model.flash_attn]
+        # One cache for all sequences: a shared prefix can be copied from
+        # one to another without copying its cells.
+        p.kv_unified = True
+        p.swa_full = False
+        p.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.handle, p)
+        if not ctx:
+            raise ModelLoadError(
+                f"could not create a context of {p.n_ctx} tokens for {model.path.name} "
+                "(out of memory? try a smaller --ctx-size or --parallel)"
+            )
+        self.ctx: llama_cpp.llama_context_p = ctx
+        self._open = True
+        self.memory = llama_cpp.llama_get_memory(ctx)
+        self.batch = Batch(BATCH)
+
+    # -- decoding -------------------------------------------------------
+
+    def decode(self) -> None:
+        if self.batch.n == 0:
+            return
+        self.batch.raw.n_tokens = self.batch.n
+        ret = llama_cpp.llama_decode(self.ctx, self.batch.raw)
+        if ret != 0:
+            # 1: no room in the KV cache (cannot happen while every sequence
+            # stays within its window); <0: an error inside llama.cpp.
+            raise ServerError(f"llama_decode failed ({ret})")
+
+    # -- memory ---------------------------------------------------------
+
+    def clear(self, seq: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, seq, -1, -1)
+
+    def cut(self, seq: int, keep: int) -> bool:
+        """Keeps the first `keep` positions of `seq`; False where the cache
+        cannot (recurrent state, or a sliding window that no longer holds
+        the tokens before `keep`)."""
+        if self.model.recurrent and keep > 0:
+            # Nothing can be cut from a recurrent state; keeping all of it is fine.
+            return keep == self.pos_max(seq) + 1
+        if not self._window_covers(seq, keep):
+            return False
+        return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq, keep, -1))
+
+    def copy(self, src: int, dst: int, keep: int) -> bool:
+        """Makes `dst` hold the first `keep` positions of `src` (shared cells)."""
+        if self.model.recurrent or not self._window_covers(src, keep):
+            return False
+        self.clear(dst)
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, 0, keep)
+        return True
+
+    def _window_covers(self, seq: int, keep: int) -> bool:
+        """Sliding-window layers keep only the latest positions: evaluation
+        can resume at `keep` only if the window before it is still there."""
+        n_swa = self.model.n_swa
+        if n_swa <= 0 or keep <= 0:
+            return True
+        return self.pos_min(seq) <= max(0, keep - n_swa)
+
+    def pos_max(self, seq: int) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq))
+
+    def pos_min(self, seq: int) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_min(self.memory, seq))
+
+    # -- saved states ---------------------------------------------------
+
+    def save(self, seq: int, partial: bool = False) -> bytes:
+        """The sequence's state; `partial`: only its sliding-window layers
+        (a checkpoint, a few MB, to resume from this position later)."""
+        flags = _PARTIAL if partial else 0
+        size = llama_cpp.llama_state_seq_get_size_ext(self.ctx, seq, flags)
+        buf = (ctypes.c_uint8 * size)()
+        n = llama_cpp.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, flags)
+        return bytes(memoryview(buf)[:n])
+
+    def rewind(self, seq: int, pos: int, checkpoint: bytes) -> bool:
+        """Back to `pos`, where `checkpoint` was saved: the full-attention
+        layers are cut there and the window layers put back as they were."""
+        if self.model.recurrent:
+            return False
+        llama_cpp.llama_memory_seq_rm(self.memory, seq, pos, -1)
+        buf = (ctypes.c_uint8 * len(checkpoint)).from_buffer_copy(checkpoint)
+        n = llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(buf), seq, _PARTIAL)
+        if n == 0 or self.pos_max(seq) != pos - 1:
+            self.clear(seq)
+            return False
+        return True
+
+    def restore(self, seq: int, state: bytes) -> bool:
+        self.clear(seq)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        n = llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(state), seq, 0)
+        if n == 0:
+            self.clear(seq)
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self.batch.free()
+            llama_cpp.llama_free(self.ctx)

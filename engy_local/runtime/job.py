@@ -1,0 +1,27 @@
+"""A request as the model's thread sees it: its prompt tokens, sampling,
+its family's output parser, and where its events go."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat import Event
+from ..errors import EngyError
+from ..prompt.prepare import SamplingParams
+from ..prompt.toolparse import ToolParser
+
+Sink = Callable[[Event | EngyError | None], None]
+
+
+@dataclass
+class Job:
+    tokens: list[int]
+    params: SamplingParams
+    parser: ToolParser
+    emit: Sink  # thread-safe; None marks the end of the job's events
+    single_call: bool = False  # stop after the first complete tool call
+    media: tuple[Any, ...] = ()  # vision.Media: the images among `tokens`, in order
+    cancelled: threading.Event = field(default_factory=threading.Event)

@@ -1,0 +1,214 @@
+"""Loading a GGUF with llama.cpp and the few model facts the rest needs.
+
+The weights are loaded through llama.cpp's own API, not `llama_cpp.Llama`:
+the context (several sequences, flash attention, a unified KV cache) is
+built by the scheduler in context.py, which `Llama` would not let us do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp._logger import set_verbose
+
+from ..errors import ModelLoadError, NotGGUF
+from ..models.ggufmeta import read_metadata, trained_context
+from ..prompt.families import detect, get
+from ..prompt.template import ChatTemplate
+from . import llamalog
+from .cpu import use_repacking
+from .devices import offload_devices
+from .vision import Projector
+
+# llama.cpp logs every load at length; keep errors only.
+set_verbose(False)
+llama_cpp.llama_backend_init()
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    path: Path
+    ctx_size: int | None = None  # cap on the model's trained context
+    gpu_layers: int | None = None  # None: all when the build offloads, else 0
+    threads: int | None = None
+    chat_template: str | None = None  # overrides tokenizer.chat_template
+    family: str | None = None  # overrides the tool-call family detection
+    mmproj: Path | None = None  # vision projector
+    parallel: int = 4  # KV sequences: conversations served at once
+    cache_ram: int = 2 << 30  # bytes of saved sequence states kept in RAM
+    repack: bool | None = None  # CPU weight repacking; None: decide (cpu.py)
+    flash_attn: str = "auto"  # "auto" (where the backend has it), "on" or "off"
+    tensor_split: tuple[float, ...] = ()  # weights of the offload devices, in order
+
+
+def backend_label(gpu_layers: int | None) -> str:
+    """Where a model's layers run: "CPU", "CUDA", "RPC", "CUDA + RPC"."""
+    if gpu_layers == 0:
+        return "CPU"
+    found = offload_devices()
+    names = [d.backend or "GPU" for d in found if not d.remote]
+    names += ["RPC"] if any(d.remote for d in found) else []
+    return " + ".join(dict.fromkeys(names)) or "CPU"
+
+
+def label_gpu(label: str) -> bool | None:
+    """Whether a model of that backend label runs on a GPU: a local one
+    says yes, the CPU no; RPC workers alone do not say (None)."""
+    parts = set(label.split(" + "))
+    if parts == {"CPU"}:
+        return False
+    return True if parts - {"CPU", "RPC"} else None
+
+
+class Tokens:
+    """Tokenizing and detokenizing through a loaded vocabulary (`_vocab`),
+    for the model and for a vocabulary loaded alone (vocab.py)."""
+
+    _vocab: llama_cpp.llama_vocab_p
+    add_bos: bool
+    bos_text: str
+
+    def _token_text(self, token: int) -> str:
+        return self.piece(token).decode("utf-8", "replace") if token >= 0 else ""
+
+    def tokenize(self, text: str) -> list[int]:
+        return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
+
+    def piece(self, token: int) -> bytes:
+        return token_piece(self._vocab, token)
+
+    def is_end(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+
+class Model(Tokens):
+    """One loaded GGUF: weights, vocabulary, template and family. Decoding
+    happens in a context the model's scheduler owns (context.py);
+    tokenizing and rendering are safe from any thread."""
+
+    def __init__(self, options: LoadOptions) -> None:
+        path = options.path
+        self.projector: Projector | None = None
+        self.handle: llama_cpp.llama_model_p | None = None
+        if not path.is_file():
+            raise ModelLoadError(f"model file not found: {path}")
+        gpu_layers = options.gpu_layers
+        if gpu_layers is None:  # every layer on the GPUs and RPC workers there are
+            gpu_layers = -1 if offload_devices() else 0
+        self.backend = backend_label(gpu_layers)
+        self.threads = options.threads or max(1, (os.cpu_count() or 2))
+        train_ctx = _trained_context(path)
+        self.n_ctx = min(train_ctx, options.ctx_size) if options.ctx_size else train_ctx
+        self.parallel = max(1, options.parallel)
+        self.cache_ram = max(0, options.cache_ram)
+        self.repack = use_repacking(options.repack)
+        self.flash_attn = options.flash_attn
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        params.use_extra_bufts = self.repack
+        if options.tensor_split:
+            split = (ctypes.c_float * llama_cpp.llama_max_devices())(*options.tensor_split)
+            params.tensor_split = split
+        with llamalog.captured() as lines:
+            handle = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        self.split = llamalog.parse_split("".join(lines))
+        if not handle:
+            raise ModelLoadError(f"could not load {path}: llama.cpp refused the file")
+        self.handle = handle
+        self.path = path
+        self.gpu_layers = gpu_layers
+        vocab = llama_cpp.llama_model_get_vocab(handle)
+        self._vocab = vocab
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        self.n_swa = int(llama_cpp.llama_model_n_swa(handle))
+        # Recurrent state cannot be cut back to a prefix: reuse is whole or nothing.
+        self.recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle)
+        )
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self.bos_text = self._token_text(llama_cpp.llama_vocab_bos(vocab))
+        self.eos_text = self._token_text(llama_cpp.llama_vocab_eos(vocab))
+        self.metadata: dict[str, str] = _metadata(handle)
+        source = options.chat_template or self.metadata.get("tokenizer.chat_template")
+        if not source:
+            self.close()
+            raise ModelLoadError(
+                f"{path.name} has no chat template; give one in models.toml (chat_template)"
+            )
+        self.template = ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
+        self.family = get(options.family) if options.family else detect(source)
+        if options.mmproj is not None:
+            self.projector = Projector(options.mmproj, handle, self.threads)
+
+    @property
+    def vocab(self) -> llama_cpp.llama_vocab_p:
+        vocab: llama_cpp.llama_vocab_p = self._vocab
+        return vocab
+
+    def close(self) -> None:
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
+        if self.handle:
+            llama_cpp.llama_model_free(self.handle)
+            self.handle = None
+
+
+def tokenize_text(
+    vocab: llama_cpp.llama_vocab_p, text: str, add_bos: bool, bos_text: str
+) -> list[int]:
+    """Tokens of a rendered prompt. Templates usually write the BOS text
+    themselves; it is dropped here and added as the real token instead, so
+    there is exactly one."""
+    if add_bos and bos_text and text.startswith(bos_text):
+        text = text[len(bos_text) :]
+    data = text.encode("utf-8")
+    size = len(data) + 2
+    while True:
+        buf = (llama_cpp.llama_token * size)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, size, add_bos, True)
+        if n >= 0:
+            return list(buf[:n])
+        size = -n
+
+
+def token_piece(vocab: llama_cpp.llama_vocab_p, token: int) -> bytes:
+    """The bytes of one token, special tokens rendered as their text."""
+    size = 64
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_token_to_piece(vocab, token, buf, size, 0, True)
+        if n >= 0:
+            return buf.raw[:n]
+        size = -n
+
+
+def _metadata(handle: llama_cpp.llama_model_p) -> dict[str, str]:
+    out: dict[str, str] = {}
+    buf_size = 1 << 16
+    for i in range(llama_cpp.llama_model_meta_count(handle)):
+        key = ctypes.create_string_buffer(1024)
+        if llama_cpp.llama_model_meta_key_by_index(handle, i, key, 1024) < 0:
+            continue
+        size = buf_size
+        while True:
+            value = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_model_meta_val_str_by_index(handle, i, value, size)
+            if n < size:
+                break
+            size = n + 1
+        if n >= 0:
+            out[key.value.decode("utf-8", "replace")] = value.value.decode("utf-8", "replace")
+    return out
+
+
+def _trained_context(path: Path) -> int:
+    try:
+        meta = read_metadata(path)
+    except (OSError, NotGGUF) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from None
+    return trained_context(meta) or 4096

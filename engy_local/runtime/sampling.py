@@ -1,0 +1,109 @@
+"""Per-request sampling: a llama.cpp sampler chain (temperature, top-k,
+top-p, min-p) and, for forced tool calls, a grammar checked after sampling.
+
+Applying a grammar to the whole vocabulary every token is what made forced
+calls slow (262k candidates a token for Gemma). As llama.cpp's own sampler
+does, the token is drawn first and only checked against the grammar; the
+grammar is applied to every candidate only when that token is rejected,
+which for a model following the grammar is rare.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+import numpy as np
+
+from ..errors import ServerError
+from ..prompt.prepare import SamplingParams
+from .model import Model
+
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+
+def check_grammar(gbnf: str, root: str = "root") -> bool:
+    """Whether llama.cpp parses `gbnf` (no model needed)."""
+    sampler = llama_cpp.llama_sampler_init_grammar(None, gbnf.encode(), root.encode())
+    if not sampler:
+        return False
+    llama_cpp.llama_sampler_free(sampler)
+    return True
+
+
+class Sampler:
+    def __init__(self, model: Model, params: SamplingParams, seed: int | None = None) -> None:
+        self.n_vocab = model.n_vocab
+        self.grammar = None
+        if params.grammar is not None:
+            # llama.cpp would only fail inside the sampler; check it here.
+            if not check_grammar(params.grammar):
+                raise ServerError("internal error: the tool-call grammar does not parse")
+            self.grammar = llama_cpp.llama_sampler_init_grammar(
+                model.vocab, params.grammar.encode(), b"root"
+            )
+            if not self.grammar:
+                raise ServerError("internal error: the tool-call grammar does not load")
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        add = llama_cpp.llama_sampler_chain_add
+        if params.temperature <= 0.0:
+            add(chain, llama_cpp.llama_sampler_init_greedy())
+        else:
+            add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k or self.n_vocab))
+            add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+            add(chain, llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+            add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
+            seed = llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed
+            add(chain, llama_cpp.llama_sampler_init_dist(seed))
+        self.chain = chain
+        self._one = llama_cpp.llama_token_data()
+        self._one_array = llama_cpp.llama_token_data_array(
+            data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False
+        )
+        self.resampled = 0  # tokens the grammar rejected (for the bench)
+
+    def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+        """The next token from the logits of batch position `index`."""
+        token = int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
+        if self.grammar is None:
+            return token
+        if not self._allowed(token):
+            self.resampled += 1
+            token = self._sample_constrained(ctx, index)
+        llama_cpp.llama_sampler_accept(self.grammar, token)
+        return token
+
+    def _allowed(self, token: int) -> bool:
+        self._one.id = token  # type: ignore[assignment]
+        self._one.logit = 1.0
+        self._one.p = 0.0
+        self._one_array.size = 1
+        self._one_array.selected = -1
+        llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(self._one_array))
+        return bool(np.isfinite(self._one.logit))
+
+    def _sample_constrained(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+        logits = llama_cpp.llama_get_logits_ith(ctx, index)
+        data = np.empty(self.n_vocab, dtype=_TOKEN_DATA)
+        data["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        data["logit"] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
+        data["p"] = 0.0
+        array = llama_cpp.llama_token_data_array(
+            data=data.ctypes.data_as(llama_cpp.llama_token_data_p),
+            size=self.n_vocab,
+            selected=-1,
+            sorted=False,
+        )
+        llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(array))
+        if not 0 <= array.selected < array.size:
+            raise ServerError("the tool-call grammar allows no token here")
+        return int(data["id"][array.selected])
+
+    def close(self) -> None:
+        if self.grammar:
+            llama_cpp.llama_sampler_free(self.grammar)
+            self.grammar = None
+        if self.chain:
+            llama_cpp.llama_sampler_free(self.chain)
+            self.chain = None

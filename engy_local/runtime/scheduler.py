@@ -1,0 +1,345 @@
+"""Continuous batching over the KV sequences of one model.
+
+Each step builds one batch: the last sampled token of every generating
+request, then chunks of the prompts still being read, up to BATCH tokens;
+one llama_decode runs it, and every request that has logits samples from
+its own chain. A request that ends (or is cancelled) gives its sequence
+back at once; the others go on undisturbed.
+
+Which sequence a request takes, and where its cached prefix comes from
+(its own sequence, another one, or the RAM cache), is decided by slots.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ..chat import PromptProgress, Started
+from ..errors import EngyError, ServerError
+from ..prompt.assemble import AnswerAssembler
+from ..prompt.detokenize import TextEnd, TokenText
+from .cache import PromptCache
+from .context import Context
+from .job import Job
+from .model import Model
+from .sampling import Sampler
+from .slots import Checkpoint, Option, Slot, choose
+
+log = logging.getLogger("engy.requests")
+
+# A sequence holding at least this many tokens that a request would drop is
+# saved to the RAM cache first (below it, evaluating again is cheaper).
+MIN_SAVE = 256
+# Checkpoints kept per sequence (sliding-window models), latest prompts' ends.
+MAX_CHECKPOINTS = 3
+
+
+@dataclass
+class Running:
+    job: Job
+    slot: Slot
+    sampler: Sampler
+    text: TokenText
+    answer: AnswerAssembler
+    cached: int
+    media: dict[int, Any]  # start index -> vision.Media
+    next_token: int | None = None  # sampled, to be decoded next step
+    t_start: float = field(default_factory=time.monotonic)
+    t_prefilled: float = 0.0
+    t_first: float = 0.0
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.job.tokens
+
+
+class Scheduler:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.ctx = Context(model)
+        self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
+        self.cache = PromptCache(model.cache_ram)
+        self.running: list[Running] = []
+        self._clock = itertools.count(1)
+
+    def free(self) -> int:
+        return sum(not s.busy for s in self.slots)
+
+    # -- admission ------------------------------------------------------
+
+    def admit(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            job.emit(None)
+            return
+        try:
+            sampler = Sampler(self.model, job.params)
+        except EngyError as exc:
+            job.emit(exc)
+            job.emit(None)
+            return
+        prompt = job.tokens
+        media = {m.start: m for m in job.media}
+        usable = self._usable(prompt, job.media)
+        _, cached = self.cache.best(prompt)
+        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, self.cache.covers)
+        assert plan is not None, "admitted without a free sequence"
+        slot = self.slots[plan.slot]
+        if plan.save:
+            self._save(slot)
+        reuse = self._reuse(slot, plan.options, prompt)
+        slot.busy = True
+        slot.used = next(self._clock)
+        text = TokenText(self.model, job.params.stop, job.params.max_tokens)
+        answer = AnswerAssembler(job.parser, job.single_call)
+        running = Running(job, slot, sampler, text, answer, reuse, media)
+        self.running.append(running)
+        job.emit(Started(len(prompt), reuse))
+
+    @staticmethod
+    def _usable(prompt: list[int], media: tuple[Any, ...]) -> Callable[[int], int]:
+        def usable(n: int) -> int:
+            n = min(n, len(prompt) - 1)  # one token is always evaluated, for logits
+            for m in media:
+                if m.start < n < m.start + m.n_tokens:
+                    return int(m.start)  # an image is evaluated whole or not at all
+            return max(n, 0)
+
+        return usable
+
+    def _reuse(self, slot: Slot, options: tuple[Option, ...], prompt: list[int]) -> int:
+        """Carries out the first option that works, best first; returns the
+        prompt tokens now in `slot`."""
+        ctx = self.ctx
+        attempts: list[tuple[int, Callable[[int], bool]]] = []
+        for option in options:
+            if option.source == "self":
+                attempts.append((option.reuse, partial(self._cut, slot)))
+                # Where the window layers no longer reach back that far, the
+                # latest checkpoint before it does.
+                usable = [c for c in slot.checkpoints if c.pos <= option.reuse]
+                if usable:
+                    cp = usable[-1]
+                    attempts.append((cp.pos, partial(self._rewind, slot, cp)))
+            elif option.source == "copy":
+                assert option.src is not None
+                donor = self.slots[option.src]
+                attempts.append((option.reuse, partial(self._copy, donor, slot)))
+            else:
+                attempts.append((option.reuse, partial(self._restore, slot, prompt)))
+        attempts.sort(key=lambda a: -a[0])
+        for n, attempt in attempts:
+            if attempt(n):
+                self._pin()
+                return n
+        ctx.clear(slot.id)
+        slot.replace([])
+        self._pin()
+        return 0
+
+    def _cut(self, slot: Slot, n: int) -> bool:
+        if not self.ctx.cut(slot.id, n):
+            return False
+        slot.cut(n)
+        return True
+
+    def _rewind(self, slot: Slot, cp: Checkpoint, n: int) -> bool:
+        if not self.ctx.rewind(slot.id, cp.pos, cp.state):
+            slot.replace([])  # the sequence was cleared
+            return False
+        slot.cut(cp.pos)
+        return True
+
+    def _copy(self, donor: Slot, slot: Slot, n: int) -> bool:
+        if not self.ctx.copy(donor.id, slot.id, n):
+            return False
+        slot.replace(donor.held[:n])
+        slot.checkpoints = [c for c in donor.checkpoints if c.pos <= n]
+        return True
+
+    def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
+        entry, _ = self.cache.best(prompt)
+        n_swa = self.model.n_swa
+        if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa)):
+            return False
+        if not self.ctx.restore(slot.id, entry.state):
+            slot.replace([])
+            return False
+        self.cache.touch(entry)
+        slot.replace(list(entry.tokens))
+        return self._cut(slot, n)
+
+    def _checkpoint(self, slot: Slot) -> None:
+        """At the end of a prompt, for models with a sliding window: the
+        next turn usually resumes here, after the answer it drops."""
+        if self.model.n_swa <= 0 or self.model.recurrent or self.cache.budget <= 0:
+            return
+        pos = len(slot.held)
+        if slot.checkpoints and slot.checkpoints[-1].pos == pos:
+            return
+        state = self.ctx.save(slot.id, partial=True)
+        slot.checkpoints = [*slot.checkpoints, Checkpoint(pos, state)][-MAX_CHECKPOINTS:]
+        self._pin()
+
+    def _pin(self) -> None:
+        self.cache.pinned = sum(len(c.state) for s in self.slots for c in s.checkpoints)
+        self.cache.shrink()
+
+    def _save(self, slot: Slot) -> None:
+        if len(slot.held) < MIN_SAVE or self.cache.budget <= 0:
+            return
+        state = self.ctx.save(slot.id)
+        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id)):
+            log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, len(slot.held), len(state))
+
+    # -- one step -------------------------------------------------------
+
+    def step(self) -> None:
+        for r in [r for r in self.running if r.job.cancelled.is_set()]:
+            self._release(r)
+        if not self.running:
+            return
+        batch = self.ctx.batch
+        batch.clear()
+        outputs: list[tuple[Running, int]] = []
+        fed: list[tuple[Running, list[int]]] = []
+        for r in self.running:
+            if r.next_token is not None:
+                i = batch.add(r.next_token, len(r.slot.held), r.slot.id, True)
+                outputs.append((r, i))
+                fed.append((r, [r.next_token]))
+        budget = self.ctx.n_batch - batch.n
+        for r in list(self.running):
+            if r.next_token is not None or budget <= 0:
+                continue
+            try:
+                taken = self._feed_prompt(r, budget, outputs)
+            except EngyError as exc:  # an image that would not evaluate
+                self._fail(r, exc, forget=True)
+                continue
+            if taken:
+                fed.append((r, taken))
+                budget -= len(taken)
+        try:
+            self.ctx.decode()
+        except EngyError as exc:
+            for r, _ in fed:
+                self._fail(r, exc, forget=True)
+            return
+        for r, tokens in fed:
+            r.slot.held.extend(tokens)
+            prompt_read = r.next_token is None and len(r.slot.held) == len(r.prompt)
+            r.next_token = None
+            if len(r.slot.held) < len(r.prompt):
+                r.job.emit(PromptProgress(len(r.slot.held), len(r.prompt)))
+            elif prompt_read:
+                self._checkpoint(r.slot)
+        now = time.monotonic()
+        for r, i in outputs:
+            if not r.t_prefilled:
+                r.t_prefilled = now
+            try:
+                self._advance(r, r.sampler.sample(self.ctx.ctx, i))
+            except EngyError as exc:
+                self._fail(r, exc)
+            except Exception as exc:  # one request's failure is not the others'
+                log.exception("generation failed")
+                self._fail(r, ServerError(f"generation failed: {exc}"))
+
+    def _feed_prompt(
+        self, r: Running, budget: int, outputs: list[tuple[Running, int]]
+    ) -> list[int]:
+        """Adds the next chunk of r's prompt to the batch; images on the way
+        are evaluated first, on their own."""
+        prompt, slot = r.prompt, r.slot
+        done = len(slot.held)
+        while done in r.media:
+            m = r.media[done]
+            m.eval(self.ctx.ctx, slot.id, done, self.ctx.n_batch)
+            slot.held.extend(prompt[done : done + m.n_tokens])
+            done = len(slot.held)
+        end = min((s for s in r.media if s > done), default=len(prompt))
+        take = prompt[done : min(end, done + budget)]
+        batch = self.ctx.batch
+        for k, token in enumerate(take):
+            last = done + k == len(prompt) - 1
+            i = batch.add(token, done + k, slot.id, last)
+            if last:
+                outputs.append((r, i))
+        return take
+
+    def _advance(self, r: Running, token: int) -> None:
+        if not r.t_first:
+            r.t_first = time.monotonic()
+        text, end = r.text.push_token(token)
+        if end is None and len(r.slot.held) + 1 >= self.model.n_ctx:
+            text, end = text + r.text.flush(), "length"  # the window is full
+        for event in r.answer.feed(text):
+            r.job.emit(event)
+        if end is None and r.answer.done:
+            end = "end"
+        if end is None:
+            r.next_token = token
+        else:
+            self._finish(r, end)
+
+    def _finish(self, r: Running, end: TextEnd) -> None:
+        for event in r.answer.finish(end, len(r.prompt), r.cached, r.text.produced):
+            r.job.emit(event)
+        self._log(r, r.answer.stop_reason or end)
+        self._release(r)
+
+    def _log(self, r: Running, stop: str) -> None:
+        end = time.monotonic()
+        prefill = len(r.prompt) - r.cached
+        prefill_s = max(1e-6, (r.t_prefilled or end) - r.t_start)
+        decode_s = max(1e-6, end - (r.t_first or end))
+        log.info(
+            "%s seq=%d prompt=%d cached=%d prefill=%.1f tok/s decode=%.1f tok/s "
+            "ttft=%.2fs tokens=%d stop=%s",
+            self.model.path.name,
+            r.slot.id,
+            len(r.prompt),
+            r.cached,
+            prefill / prefill_s,
+            max(0, r.text.produced - 1) / decode_s,
+            (r.t_first or end) - r.t_start,
+            r.text.produced,
+            stop,
+        )
+
+    def _fail(self, r: Running, err: EngyError, forget: bool = False) -> None:
+        r.job.emit(err)
+        if forget:  # what the sequence holds is unknown now
+            self.ctx.clear(r.slot.id)
+            r.slot.replace([])
+        self._release(r)
+
+    def _release(self, r: Running) -> None:
+        if r not in self.running:
+            return
+        self.running.remove(r)
+        r.slot.busy = False
+        r.slot.used = next(self._clock)
+        r.sampler.close()
+        r.job.emit(None)
+
+    def fail_all(self, err: EngyError) -> None:
+        for r in list(self.running):
+            self._fail(r, err, forget=True)
+
+    # -- introspection --------------------------------------------------
+
+    def describe(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [
+            {"index": s.id, "tokens": len(s.held), "busy": s.busy} for s in self.slots
+        ]
+        return out
+
+    def close(self) -> None:
+        self.ctx.close()

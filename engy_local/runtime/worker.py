@@ -1,0 +1,107 @@
+"""The owner of one loaded model: a thread that runs its scheduler.
+
+Requests wait in a bounded queue (full: `Busy`, a 429) until a KV sequence
+is free; the scheduler (scheduler.py) then runs every admitted request in
+one batch per step. Each job streams its events back through `Job.emit`,
+which the async side turns into a queue of its own. A cancelled job (the
+client went away, or it timed out) gives its sequence back within one step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import Any
+
+from ..errors import Busy, EngyError, ServerError
+from .job import Job
+from .model import Model
+from .scheduler import Scheduler
+
+log = logging.getLogger("engy.worker")
+
+
+class Worker:
+    def __init__(self, model: Model, queue_size: int = 16) -> None:
+        self.model = model
+        self.queue_size = queue_size
+        self.scheduler = Scheduler(model)  # builds the context: fails here, not later
+        self._waiting: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._busy = False
+        self._thread = threading.Thread(target=self._loop, name="engy-model", daemon=True)
+        self._thread.start()
+
+    def idle(self) -> bool:
+        """Nothing running and nothing waiting: the model may be unloaded."""
+        with self._cond:
+            return not self._busy and not self._waiting
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            if len(self._waiting) >= self.queue_size:
+                # Jobs whose clients went away wait for nothing: they give
+                # up their places instead of turning the next request away.
+                self._drop_cancelled()
+            if len(self._waiting) >= self.queue_size:
+                raise Busy(
+                    f"too many requests waiting for the model ({self.queue_size} queued)",
+                    retry_after=2,
+                )
+            self._waiting.append(job)
+            self._cond.notify()
+
+    def _drop_cancelled(self) -> None:
+        dropped = [j for j in self._waiting if j.cancelled.is_set()]
+        for job in dropped:
+            self._waiting.remove(job)
+            job.emit(None)
+
+    def sequences(self) -> list[dict[str, Any]]:
+        """What each KV sequence holds (for `engy ps`); a snapshot."""
+        return self.scheduler.describe()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        scheduler = self.scheduler
+        try:
+            while True:
+                with self._cond:
+                    while (
+                        not self._closed
+                        and not scheduler.running
+                        and (not self._waiting or scheduler.free() == 0)
+                    ):
+                        self._busy = False
+                        self._cond.wait()
+                    if self._closed:
+                        break
+                    self._busy = True
+                    admitted: list[Job] = []
+                    while self._waiting and scheduler.free() > len(admitted):
+                        admitted.append(self._waiting.popleft())
+                for job in admitted:
+                    scheduler.admit(job)
+                try:
+                    scheduler.step()
+                except EngyError as exc:
+                    scheduler.fail_all(exc)
+                except Exception as exc:  # never let one step kill the model's thread
+                    log.exception("generation failed")
+                    scheduler.fail_all(ServerError(f"generation failed: {exc}"))
+        finally:
+            with self._cond:
+                left = list(self._waiting)
+                self._waiting.clear()
+            for job in left:
+                job.emit(ServerError("the model was unloaded"))
+                job.emit(None)
+            scheduler.fail_all(ServerError("the model was unloaded"))
+            scheduler.close()

@@ -1,0 +1,347 @@
+"""The HTTP server: a routes table, auth, SSE and error mapping.
+
+`create_app(settings, backend)` builds everything; there is no module-level
+state. Protocol modules translate, the backend generates; this module only
+moves bytes between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Scope
+
+from ..backend import Backend, Generation
+from ..chat import Answer, Event, Heartbeat, PromptProgress
+from ..errors import (
+    EngyError,
+    Forbidden,
+    InvalidRequest,
+    NotFoundRoute,
+    NoWorker,
+    RequestTooLarge,
+    ServerError,
+    Unauthorized,
+)
+from ..protocols import anthropic, responses
+from ..protocols.anthropic_stream import MessageStream
+from ..protocols.images import ImageLimits
+from .guard import AccessMiddleware, AccessPolicy, key_matches
+from .metrics import CountRequests, Metrics, Tracked
+from .shutdown import Drain
+
+log = logging.getLogger("engy.server")
+
+Protocol_ = Literal["anthropic", "openai"]
+
+# Bodies over this are refused with 413. Claude Code's and Codex's first
+# turns are about 50 KB; a long agent session stays well under this.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+# A stream quiet for this long (queued, or a long prompt being processed)
+# gets an event clients ignore; Codex gives up after 300 s of silence.
+KEEPALIVE_SECONDS = 10.0
+# Bodies nested deeper than this (arrays and objects, the body itself at 1)
+# are refused with 400. Claude Code's and Codex's deepest tool schemas are
+# about 12 levels into the body.
+MAX_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class Settings:
+    api_key: str | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    images: ImageLimits = field(default_factory=ImageLimits)  # per request, 413 over
+
+
+class StreamMachine(Protocol):
+    def start(self) -> list[dict[str, Any]]: ...
+    def process(self, event: Event) -> list[dict[str, Any]]: ...
+    def keepalive(self) -> list[dict[str, Any]]: ...
+    def fail(self, err: EngyError) -> list[dict[str, Any]]: ...
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(12)
+
+
+def _error_response(protocol: Protocol_, err: EngyError) -> Response:
+    render = anthropic.error_body if protocol == "anthropic" else responses.error_body
+    status, body, headers = render(err)
+    if protocol == "anthropic":
+        body = {**body, "request_id": _new_id("req_")}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _sse(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(
+        f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False)}\n\n".encode()
+        for e in events
+    )
+
+
+def _protocol_of(path: str) -> Protocol_:
+    return "openai" if path.startswith("/v1/responses") else "anthropic"
+
+
+def _depth_ok(value: Any, limit: int) -> bool:
+    """Whether `value` nests at most `limit` arrays and objects deep
+    (iterative: a hostile body must not exhaust the stack here either)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge(f"request body is over the {limit // (1024 * 1024)} MiB limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"request body is over the {limit // (1024 * 1024)} MiB limit")
+        chunks.append(chunk)
+    too_deep = InvalidRequest(f"body: nested deeper than {MAX_DEPTH} levels", param="body")
+    try:
+        body = json.loads(b"".join(chunks))
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:
+        raise InvalidRequest(f"body: invalid JSON: {exc}") from None
+    if not _depth_ok(body, MAX_DEPTH):
+        raise too_deep
+    return body
+
+
+async def _collect(request: Request, generation: Generation) -> Answer:
+    """All events of a non-streaming request; a client that goes away
+    cancels the generation."""
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        generation.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        answer = Answer()
+        async for event in generation:
+            answer.add(event)
+        return answer
+    finally:
+        watcher.cancel()
+
+
+def _stream(machine: StreamMachine, generation: Generation) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        yield _sse(machine.start())
+        last_write = time.monotonic()
+        try:
+            async for event in generation:
+                if isinstance(event, (Heartbeat, PromptProgress)):
+                    # Progress comes every prompt chunk; a keep-alive (a whole
+                    # response object, for Responses) is only worth sending
+                    # when the stream has been quiet for a while.
+                    if time.monotonic() - last_write < KEEPALIVE_SECONDS:
+                        continue
+                    out = machine.keepalive()
+                else:
+                    out = machine.process(event)
+                if out:
+                    yield _sse(out)
+                    last_write = time.monotonic()
+        except EngyError as err:
+            yield _sse(machine.fail(err))
+        except Exception as exc:  # the stream has begun: report, then close
+            log.exception("stream failed")
+            yield _sse(machine.fail(ServerError(f"generation failed: {exc}")))
+        finally:
+            generation.cancel()  # the client may be gone: free the model
+
+    headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
+
+
+def create_app(settings: Settings, backend: Backend) -> Starlette:
+    metrics, drain = Metrics(), Drain()
+
+    def authorized(request: Request) -> bool:
+        if not settings.api_key:
+            return True
+        # Either header may carry the key: SDKs and clients differ.
+        offered = [request.headers.get("x-api-key")]
+        auth = request.headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            offered.append(auth[7:].strip())
+        return key_matches(settings.api_key, offered)
+
+    def refuse(scope: Scope, message: str) -> ASGIApp:
+        return _error_response(_protocol_of(scope["path"]), Forbidden(message))
+
+    def tracked(generation: Generation) -> Generation:
+        return Tracked(generation, metrics, drain)
+
+    Handler = Callable[[Request], Awaitable[Response]]
+
+    def endpoint(protocol: Protocol_, handler: Handler, auth: bool = True) -> Handler:
+        async def run(request: Request) -> Response:
+            try:
+                if auth and not authorized(request):
+                    raise Unauthorized("invalid or missing API key")
+                if drain.started:
+                    raise NoWorker("server is shutting down")
+                return await handler(request)
+            except EngyError as err:
+                return _error_response(protocol, err)
+            except Exception as exc:
+                log.exception("request failed")
+                return _error_response(protocol, ServerError(f"internal error: {exc}"))
+
+        return run
+
+    async def messages(request: Request) -> Response:
+        parsed = anthropic.parse_request(
+            await _read_json(request, settings.max_body_bytes), images=settings.images
+        )
+        backend.resolve(parsed.chat.model)
+        generation = tracked(await backend.submit(parsed.chat))
+        message_id = _new_id("msg_")
+        if parsed.stream:
+            return _stream(MessageStream(parsed, message_id, generation.prompt_tokens), generation)
+        answer = await _collect(request, generation)
+        return JSONResponse(anthropic.render_message(parsed, answer, message_id))
+
+    async def count_tokens(request: Request) -> Response:
+        body = await _read_json(request, settings.max_body_bytes)
+        parsed = anthropic.parse_request(body, counting=True, images=settings.images)
+        loop = asyncio.get_running_loop()
+        n = await loop.run_in_executor(None, backend.count_tokens, parsed.chat)
+        return JSONResponse({"input_tokens": n})
+
+    async def create_response(request: Request) -> Response:
+        if request.method == "GET":
+            if request.headers.get("upgrade", "").lower() == "websocket":
+                # Codex falls back to plain HTTP at once on 426.
+                return JSONResponse(
+                    responses.error_body(
+                        InvalidRequest("use HTTP POST; WebSockets are not served")
+                    )[1],
+                    status_code=426,
+                )
+            raise NotFoundRoute("GET /v1/responses: use POST")
+        parsed = responses.parse_request(
+            await _read_json(request, settings.max_body_bytes), max_output_cap=backend.output_cap
+        )
+        backend.resolve(parsed.chat.model)
+        generation = tracked(await backend.submit(parsed.chat))
+        response_id, created = _new_id("resp_"), int(time.time())
+        if parsed.stream:
+            machine = responses.ResponseStream(parsed, response_id=response_id, created_at=created)
+            return _stream(machine, generation)
+        answer = await _collect(request, generation)
+        return JSONResponse(
+            responses.render_response(parsed, answer, response_id=response_id, created_at=created)
+        )
+
+    async def count_response_tokens(request: Request) -> Response:
+        parsed = responses.parse_request(await _read_json(request, settings.max_body_bytes))
+        loop = asyncio.get_running_loop()
+        n = await loop.run_in_executor(None, backend.count_tokens, parsed.chat)
+        return JSONResponse({"object": "response.input_tokens", "input_tokens": n})
+
+    async def list_models(request: Request) -> Response:
+        # One list both SDKs read: Anthropic's page shape and OpenAI's list.
+        data = [
+            {
+                "type": "model",
+                "object": "model",
+                "id": m.id,
+                "display_name": m.display_name,
+                "created_at": datetime.fromtimestamp(m.created, timezone.utc).isoformat(),
+                "created": m.created,
+                "owned_by": "engy",
+                "max_input_tokens": m.context_length,
+                "supports_images": m.supports_images,
+                "quantization": m.quantization or None,
+                "backend": m.backend,
+                "gpu": m.gpu,
+            }
+            for m in backend.models()
+        ]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "has_more": False,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            }
+        )
+
+    async def hello(request: Request) -> Response:
+        if request.method == "HEAD":
+            return Response(status_code=200)
+        return JSONResponse({"name": "engy", "models": [m.id for m in backend.models()]})
+
+    async def ps(request: Request) -> Response:
+        # Read-only: what is loaded now (`engy ps`); the key is required.
+        models = [m.to_json() for m in backend.status()]
+        return JSONResponse({"object": "engy.ps", "models": models})
+
+    async def prometheus(request: Request) -> Response:
+        loaded = [m.id for m in backend.status()]
+        return PlainTextResponse(
+            metrics.render(loaded), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    async def not_found(request: Request) -> Response:
+        raise NotFoundRoute(f"no route for {request.method} {request.url.path}")
+
+    routes = [
+        Route("/v1/messages", endpoint("anthropic", messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", endpoint("anthropic", count_tokens), methods=["POST"]),
+        Route("/v1/responses", endpoint("openai", create_response), methods=["POST", "GET"]),
+        Route(
+            "/v1/responses/input_tokens",
+            endpoint("openai", count_response_tokens),
+            methods=["POST"],
+        ),
+        Route("/v1/models", endpoint("anthropic", list_models), methods=["GET"]),
+        Route("/", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
+        Route("/api/hello", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
+        Route("/metrics", endpoint("anthropic", prometheus), methods=["GET"]),
+        Route("/engy/ps", endpoint("anthropic", ps), methods=["GET"]),
+        Route(
+            "/{path:path}",
+            endpoint("anthropic", not_found, auth=False),
+            methods=["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD"],
+        ),
+    ]
+    # Outermost first: every answer is counted, refusals included.
+    middleware = [
+        Middleware(CountRequests, metrics=metrics, paths={r.path for r in routes[:-1]}),
+        Middleware(AccessMiddleware, policy=settings.access, refuse=refuse),
+    ]
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.drain = drain  # `engy serve` starts the drain on SIGINT / SIGTERM
+    return app
