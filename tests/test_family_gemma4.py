@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 from conftest import CACHE, EngyServer, need_fixtures
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
 from family_roundtrip import (
     READ_SCHEMA,
     SEARCH_SCHEMA,
@@ -41,11 +39,13 @@ from engy_local.chat import (
     ToolResult,
     ToolSpec,
 )
+from engy_local.prompt import prepare
 from engy_local.prompt.families import detect_family, get
 from engy_local.prompt.families.gemma4 import Gemma4Parser
+from engy_local.prompt.forced import forced_call_grammar
 from engy_local.prompt.messages import to_template_messages, to_template_tools
 from engy_local.prompt.template import ChatTemplate
-from engy_local.prompt import prepare
+from engy_local.runtime.sampling import check_grammar
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 GEMMA4 = "google-gemma-4-31B-it.jinja"

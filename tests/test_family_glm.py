@@ -16,8 +16,6 @@ import llama_cpp
 import openai
 import pytest
 from conftest import CACHE, EngyServer, need_fixtures
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
 from test_grammar import CLIENTS, FIXTURES, Vocab, captured_tools
 from test_toolparse import Result, assert_parses, calls
 from xmlcalls_cases import (
@@ -41,6 +39,8 @@ from xmlcalls_cases import (
 from engy_local.chat import TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from engy_local.prompt.families import detect_family
 from engy_local.prompt.families.glm import GlmParser
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 
 FAMILY = "glm-4.6"
 GLM = "GLM-4.6.jinja"

@@ -17,8 +17,6 @@ import jsonschema
 import openai
 import pytest
 from conftest import CACHE, EngyServer, need_fixtures
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
 from test_toolparse import Result, assert_parses, calls
 
 from engy_local.chat import (
@@ -32,8 +30,10 @@ from engy_local.chat import (
     ToolSpec,
 )
 from engy_local.prompt.families import detect_family, get
+from engy_local.prompt.forced import forced_call_grammar
 from engy_local.prompt.prepare import render
 from engy_local.prompt.template import ChatTemplate
+from engy_local.runtime.sampling import check_grammar
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
 GPT_OSS = "openai-gpt-oss-120b.jinja"

@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
 from framed_families import (
     CONVERSATION,
     LOOP,
@@ -33,6 +31,8 @@ from test_toolparse import Result, assert_parses, calls, parse
 from engy_local.chat import ToolSpec
 from engy_local.prompt.families import detect_family, get
 from engy_local.prompt.families.kimi_k2 import tool_name
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 
 SECTION = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"

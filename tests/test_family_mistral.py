@@ -19,7 +19,6 @@ import llama_cpp
 import openai
 import pytest
 from conftest import CACHE, EngyServer
-from engy_local.prompt.forced import forced_call_grammar
 from test_grammar import Vocab
 from test_toolparse import Result, assert_parses, calls, parse, random_value
 
@@ -38,6 +37,7 @@ from engy_local.chat import (
 )
 from engy_local.prompt.families import detect_family, get, make_parser
 from engy_local.prompt.families.mistral import MistralParser
+from engy_local.prompt.forced import forced_call_grammar
 from engy_local.prompt.messages import mistral_call_id, to_template_messages, to_template_tools
 from engy_local.prompt.template import ChatTemplate
 

@@ -14,8 +14,6 @@ import httpx
 import openai
 import pytest
 from conftest import CACHE, EngyServer, need_fixtures
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
 from test_grammar import CLIENTS, Vocab, captured_tools
 from test_toolparse import Result, assert_parses, calls
 from xmlcalls_cases import (
@@ -39,6 +37,8 @@ from xmlcalls_cases import (
 from engy_local.chat import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from engy_local.prompt.families import detect_family
 from engy_local.prompt.families.qwen3_coder import Qwen3CoderParser
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 
 FAMILY = "qwen3-coder"
 QWEN3_CODER = "Qwen3-Coder.jinja"

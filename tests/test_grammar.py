@@ -15,12 +15,12 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import llama_cpp
 import pytest
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
 from llama_cpp.llama_grammar import LlamaGrammar
 
 from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from engy_local.prompt.forced import forced_call_grammar
 from engy_local.prompt.toolparse import HermesParser
+from engy_local.runtime.sampling import check_grammar
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 REQUESTS = FIXTURES / "requests"

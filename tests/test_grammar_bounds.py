@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 import pytest
-from engy_local.prompt.forced import MAX_GRAMMAR, forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
 
 from engy_local.chat import ToolSpec
 from engy_local.errors import InvalidRequest
+from engy_local.prompt.forced import MAX_GRAMMAR, forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
 
 
 def nest(depth: int, wrap: Any) -> Any:

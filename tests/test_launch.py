@@ -473,7 +473,7 @@ def check_upstream_turns(server: EngyServer) -> None:
         for line in server.output().splitlines()
         if " upstream prompt=" in line
     ]
-    called = next((i for i, t in enumerate(turns) if t["stop"] == "tool_use"), None)
+    called = next((i for i, t in enumerate(turns) if t["stop"] == "tool_call"), None)
     assert called is not None and called + 1 < len(turns), server.output()
     after = turns[called + 1]
     assert int(after["cached"]) >= 0.9 * int(turns[called]["prompt"]), turns

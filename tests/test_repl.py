@@ -331,10 +331,10 @@ def test_block_splitter_gives_the_same_blocks_at_every_split() -> None:
 
 
 def test_stats_line() -> None:
-    line = stats_line(Stats(11, 0.25, 2.0, 1500, 32768, "end_turn"))
+    line = stats_line(Stats(11, 0.25, 2.0, 1500, 32768, "end"))
     assert line == "11 tokens · 5.0 tok/s · first token 0.25 s · context 1,500/32,768 (5%)"
     assert stats_line(Stats(3, None, 0.0, 40, 0, "stopped")) == "stopped · 3 tokens · context 40"
-    assert stats_line(Stats(8, 0.1, 1.0, 9, 0, "max_tokens")).startswith("cut at the token limit")
+    assert stats_line(Stats(8, 0.1, 1.0, 9, 0, "length")).startswith("cut at the token limit")
 
 
 def render(events: list[Event], show_thinking: bool) -> str:

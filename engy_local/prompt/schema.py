@@ -290,7 +290,6 @@ class _Converter:
                 return self._add(name, " | ".join(alternatives))
         if "allOf" in schema:
             return self.visit(self._merged(schema["allOf"]), name)
-        sp = self._space()
         if "const" in schema:
             return self._add(name, literal(self.notation.constant(schema["const"])))
         if "enum" in schema:
