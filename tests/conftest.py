@@ -1,31 +1,18 @@
-"""Shared fixtures: the real models the tests run, and real `engy serve`
-processes to talk to."""
+"""Shared fixtures: the real models the tests run, real `engy serve`
+processes to talk to, the real clients and terminals (support/)."""
 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from support.paths import ANSWER, CACHE, need_fixtures
+from support.server import EngyServer
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures"
-# Built models and installed clients persist here between local runs (the
-# directory is git-ignored; CI starts from a clean clone).
-CACHE = REPO / ".engy-test"
-
-
-def need_fixtures() -> Path:
-    if not FIXTURES.is_dir():
-        pytest.skip(f"shared fixtures not found at {FIXTURES}")
-    return FIXTURES
+# Fixtures defined beside the helpers they use.
+pytest_plugins = ["support.clients", "support.terminal"]
 
 
 @pytest.fixture(scope="session")
@@ -52,12 +39,9 @@ def gemma_path(engy_home: Path) -> Path:
 def tiny_qwen3() -> Path:
     """A tiny GGUF with the qwen2 vocabulary and the real Qwen3 template."""
     need_fixtures()
-    from ggufs import tiny_gguf_cached
+    from support.ggufs import tiny_gguf_cached
 
     return tiny_gguf_cached(CACHE / "ggufs", vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja")
-
-
-ANSWER = "Hello from engy."
 
 
 @pytest.fixture(scope="session")
@@ -65,72 +49,11 @@ def tiny_answer() -> Path:
     """A tiny Qwen3-template GGUF that answers ANSWER and ends its turn,
     whatever the prompt (for the real Claude Code and Codex)."""
     need_fixtures()
-    from ggufs import tiny_gguf_cached
+    from support.ggufs import tiny_gguf_cached
 
     return tiny_gguf_cached(
         CACHE / "ggufs", vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja", answer=ANSWER
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class EngyServer:
-    """A real `engy serve` process on 127.0.0.1."""
-
-    def __init__(self, model: str | None, *args: str, home: Path | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
-        if home is not None:
-            env["ENGY_HOME"] = str(home)
-        env.pop("ENGY_API_KEY", None)
-        cmd = [sys.executable, "-m", "engy_local", "serve", "--port", str(self.port)]
-        if model is not None:
-            cmd.insert(4, model)
-        self.log = CACHE / f"serve-{self.port}.log"
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = self.log.open("wb")
-        self.proc = subprocess.Popen(
-            [*cmd, *args], env=env, stdout=self._log_file, stderr=subprocess.STDOUT
-        )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"engy serve exited: {self.output()}")
-            try:
-                if httpx.head(self.url + "/api/hello", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"engy serve did not start: {self.output()}")
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(2)  # Ctrl-C: a clean stop
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if not self._log_file.closed:
-            self._log_file.close()
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="session")
@@ -162,7 +85,7 @@ def tiny_vision() -> tuple[Path, Path]:
     and the tiny mlp projector made for it (see ggufs.build_tiny_projector).
     It answers ANSWER to text, " red" to a red image, " blue" to a blue one."""
     need_fixtures()
-    from ggufs import tiny_gguf_cached, tiny_projector_cached
+    from support.ggufs import tiny_gguf_cached, tiny_projector_cached
 
     model = tiny_gguf_cached(
         CACHE / "ggufs",

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-PACKAGE = Path(__file__).resolve().parents[1] / "engy_local"
+PACKAGE = REPO / "engy_local"
 
 # What each part of engy_local may import besides itself (ARCHITECTURE.md).
 BASE = {"chat", "errors"}

@@ -1,0 +1,217 @@
+"""Forced-call grammars: they compile in llama.cpp for every real tool schema
+of Claude Code and Codex, and, run by llama.cpp's own grammar sampler on a
+real vocabulary, accept exactly the well-formed calls."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import llama_cpp
+import pytest
+from llama_cpp.llama_grammar import LlamaGrammar
+from support.grammar import CLIENTS, FIXTURES, Vocab, captured_tools
+
+from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.prompt.toolparse import HermesParser
+from engy_local.runtime.sampling import check_grammar
+
+
+@pytest.mark.parametrize("request_file", CLIENTS)
+def test_every_captured_tool_compiles(request_file: str) -> None:
+    tools = captured_tools(request_file)
+    assert len(tools) >= 8
+    for tool in tools:
+        gbnf = forced_call_grammar([tool])
+        assert check_grammar(gbnf), tool.name
+        LlamaGrammar.from_string(gbnf, verbose=False)
+        assert json.dumps(tool.name) in gbnf.replace('\\"', '"')
+        for prop in tool.parameters.get("properties", {}):  # not the any-object fallback
+            assert f'\\"{prop}\\"' in gbnf, (tool.name, prop)
+    everything = forced_call_grammar(tools)
+    assert check_grammar(everything)
+    assert len(everything) < 100_000
+
+
+def test_markers_and_names_appear() -> None:
+    gbnf = forced_call_grammar([ToolSpec("get_time", "", {"type": "object"})])
+    assert '"<tool_call>\\n{\\"name\\": \\""' in gbnf
+    assert '"get_time\\", \\"arguments\\": "' in gbnf
+    assert '"}\\n</tool_call>"' in gbnf
+
+
+def test_bad_requests() -> None:
+    with pytest.raises(ValueError, match="unknown tool-call family 'nope'"):
+        forced_call_grammar([ToolSpec("a", "", {})], family="nope")
+    with pytest.raises(ValueError, match="no forced-call grammar"):
+        forced_call_grammar([ToolSpec("a", "", {})], family="none")
+    with pytest.raises(ValueError, match="at least one tool"):
+        forced_call_grammar([])
+
+
+# ---- running the grammar in llama.cpp ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Iterator[Vocab]:
+    path = FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf"
+    if not path.is_file():
+        pytest.skip(f"vocab fixture not found: {path}")
+    v = Vocab(path)
+    yield v
+    llama_cpp.llama_model_free(v.model)
+
+
+BASH = ToolSpec(
+    "Bash",
+    "Run a command",
+    {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "the command"},
+            "timeout": {"type": "integer", "minimum": 0},
+            "mode": {"type": "string", "enum": ["fast", 'say "hi"\\']},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+)
+READ = ToolSpec(
+    "Read",
+    "Read files",
+    {
+        "type": "object",
+        "properties": {
+            "paths": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+            "limit": {"type": ["integer", "null"]},
+        },
+        "required": ["paths"],
+    },
+)
+
+
+def call(name: str, args: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (call("Bash", '{"command": "ls -la"}'), True),
+        (call("Bash", '{"command": "echo \\"}\\" \\u00e9", "timeout": 30}'), True),
+        (call("Bash", '{"command": "x", "mode": "say \\"hi\\"\\\\"}'), True),
+        (call("Read", '{"paths": ["/a", "/b"], "limit": null}'), True),
+        (call("Read", '{"paths": []}'), True),
+        (call("Bash", "{}"), False),  # command is required
+        (call("Bash", '{"command": "ls", "extra": 1}'), False),  # no other keys
+        (call("Bash", '{"command": "ls", "mode": "slow"}'), False),  # not in the enum
+        (call("Bash", '{"command": 5}'), False),
+        (call("Bash", '{"command": "a\nb"}'), False),  # raw newline in a string
+        (call("Read", '{"paths": ["/a", "/b", "/c"]}'), False),  # maxItems
+        (call("Write", '{"command": "ls"}'), False),  # not offered
+        ("Sure! " + call("Bash", '{"command": "ls"}'), False),
+        (call("Bash", '{"command": "ls"}') + "\n" + call("Bash", '{"command": "ls"}'), False),
+    ],
+)
+def test_grammar_accepts_exactly_the_calls(vocab: Vocab, text: str, ok: bool) -> None:
+    assert vocab.accepts(forced_call_grammar([BASH, READ]), text) is ok
+
+
+def test_reasoning_comes_first(vocab: Vocab) -> None:
+    gbnf = forced_call_grammar([BASH], reasoning=True)
+    body = call("Bash", '{"command": "ls"}')
+    assert vocab.accepts(gbnf, "Plan: a <b> </thin </ </think\n</think>\n\n" + body)
+    assert vocab.accepts(gbnf, "</think>" + body)
+    assert not vocab.accepts(gbnf, body)  # the reasoning block must end first
+    assert not vocab.accepts(gbnf, "a</think> b</think>\n" + body)
+
+
+def test_tools_with_the_same_definition_names_do_not_clash(vocab: Vocab) -> None:
+    def tool(name: str, item: dict[str, Any]) -> ToolSpec:
+        return ToolSpec(
+            name,
+            "",
+            {
+                "type": "object",
+                "properties": {"x": {"$ref": "#/$defs/Item"}},
+                "required": ["x"],
+                "$defs": {"Item": item},
+            },
+        )
+
+    gbnf = forced_call_grammar([tool("A", {"type": "integer"}), tool("B", {"type": "boolean"})])
+    assert vocab.accepts(gbnf, call("A", '{"x": 5}'))
+    assert vocab.accepts(gbnf, call("B", '{"x": true}'))
+    assert not vocab.accepts(gbnf, call("A", '{"x": true}'))
+    assert not vocab.accepts(gbnf, call("B", '{"x": 5}'))
+
+
+ODD = ToolSpec(
+    "Odd",
+    "",
+    {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "^\\d+(?=x)$"},
+            "script": {"type": "string", "maxLength": 524288},
+            "anything": {"description": "any JSON value"},
+            "yes": True,
+            "never": False,
+            "remote": {"$ref": "https://example.com/schema.json"},
+            "cond": {"if": {"type": "string"}, "then": {"minLength": 1}, "not": {}},
+            "fmt": {"type": "string", "format": "email"},
+            "short": {"type": "string", "minLength": 1, "maxLength": 3},
+        },
+        "required": ["id"],
+        "additionalProperties": False,
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (call("Odd", '{"id": "not digits", "script": "' + "x" * 700 + '"}'), True),
+        (call("Odd", '{"id": "1", "anything": [1, {"a": null}], "yes": "s", "remote": 1}'), True),
+        (call("Odd", '{"id": "1", "cond": false, "fmt": "nope"}'), True),
+        (call("Odd", '{"id": "1", "short": "abc"}'), True),
+        (call("Odd", '{"id": "1", "short": "abcd"}'), False),
+        (call("Odd", '{"id": "1", "never": 1}'), False),
+        (call("Odd", '{"script": "x"}'), False),
+    ],
+)
+def test_unsupported_keywords_degrade(vocab: Vocab, text: str, ok: bool) -> None:
+    assert vocab.accepts(forced_call_grammar([ODD]), text) is ok
+
+
+def test_unusable_schema_falls_back_to_any_object(vocab: Vocab) -> None:
+    broken = ToolSpec("Broken", "", {"type": "object", "properties": {"a": {"$ref": "#/nope"}}})
+    not_object = ToolSpec("List", "", {"type": "array"})
+    gbnf = forced_call_grammar([broken, not_object])
+    assert vocab.accepts(gbnf, call("Broken", '{"b": [1]}'))
+    assert vocab.accepts(gbnf, call("List", '{"c": {}}'))
+    assert not vocab.accepts(gbnf, call("List", "[1]"))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_sentences_are_valid_calls(vocab: Vocab, seed: int) -> None:
+    """Whatever the grammar lets a model write parses into one call whose
+    arguments validate against the tool's schema."""
+    tools = [BASH, READ, ToolSpec("Free", "", {"type": "object"})]
+    rng = random.Random(seed)
+    text = vocab.random_sentence(forced_call_grammar(tools), rng)
+    if text is None:
+        pytest.skip("the random walk did not finish")
+    parser = HermesParser(tools=[t.name for t in tools], thinking=False, new_id=lambda: "id")
+    events = parser.feed(text) + parser.finish()
+    starts = [e for e in events if isinstance(e, ToolCallStart)]
+    ends = [e for e in events if isinstance(e, ToolCallEnd)]
+    assert len(starts) == len(ends) == 1, text
+    assert not [e for e in events if isinstance(e, TextDelta)], text
+    schema = {t.name: t.parameters for t in tools}[starts[0].name]
+    jsonschema.validate(json.loads(ends[0].arguments), schema)
