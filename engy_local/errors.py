@@ -14,7 +14,8 @@ and mapped to each protocol's error body in one place (`protocols.anthropic
     ├── RequestTooLarge           413   body over the size limit
     ├── Busy                      429   the request queue is full
     ├── NoWorker                  503   no loaded model meets the provider requirements
-    │   └── UpstreamUnavailable   503   an upstream engine cannot be reached
+    │   ├── UpstreamUnavailable   503   an upstream engine cannot be reached
+    │   └── ContextFull           503   no room in the KV cache for a prompt beside the others
     ├── GenerationTimeout         504   a generation ran past --timeout
     ├── ServerError               500   anything else that went wrong inside
     │   └── UpstreamLost          500   an upstream's stream broke mid-answer
@@ -117,6 +118,11 @@ class NoWorker(EngyError):
 
 class UpstreamUnavailable(NoWorker):
     """The upstream cannot be reached (connection refused, DNS, connect timeout)."""
+
+
+class ContextFull(NoWorker):
+    """The KV cache has no room for a prompt while the other sequences are
+    busy (every idle one already freed)."""
 
 
 class GenerationTimeout(EngyError):

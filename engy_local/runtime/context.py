@@ -90,15 +90,19 @@ class Context:
 
     # -- decoding -------------------------------------------------------
 
-    def decode(self) -> None:
+    def decode(self) -> bool:
+        """Runs the batch; False when the KV cache has no room for it (the
+        cache is left as it was, so the batch may be retried after making
+        room). Any other failure inside llama.cpp is a ServerError."""
         if self.batch.n == 0:
-            return
+            return True
         self.batch.raw.n_tokens = self.batch.n
         ret = llama_cpp.llama_decode(self.ctx, self.batch.raw)
+        if ret == 1:
+            return False
         if ret != 0:
-            # 1: no room in the KV cache (cannot happen while every sequence
-            # stays within its window); <0: an error inside llama.cpp.
             raise ServerError(f"llama_decode failed ({ret})")
+        return True
 
     # -- memory ---------------------------------------------------------
 
@@ -117,12 +121,27 @@ class Context:
         return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq, keep, -1))
 
     def copy(self, src: int, dst: int, keep: int) -> bool:
-        """Makes `dst` hold the first `keep` positions of `src` (shared cells)."""
+        """Makes `dst` hold the first `keep` positions of `src`."""
         if self.model.recurrent or not self._window_covers(src, keep):
             return False
         self.clear(dst)
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, 0, keep)
+        if self.model.n_swa > 0:
+            # seq_cp shares cells, and llama.cpp never reuses a sliding-window
+            # cell that two sequences hold, even once both have moved past
+            # it: a few copies of one prefix filled the window layers' cache
+            # for good (issue 22). Reading the window back in gives `dst`
+            # window cells of its own (a few MB); full-attention cells stay
+            # shared.
+            window = self.save(dst, partial=True)
+            if not self._read(dst, window, _PARTIAL) or self.pos_max(dst) != keep - 1:
+                self.clear(dst)
+                return False
         return True
+
+    def held(self, seq: int) -> int:
+        """Positions the KV cache holds for `seq` (0 when empty)."""
+        return self.pos_max(seq) + 1
 
     def _window_covers(self, seq: int, keep: int) -> bool:
         """Sliding-window layers keep only the latest positions: evaluation
@@ -155,21 +174,23 @@ class Context:
         if self.model.recurrent:
             return False
         llama_cpp.llama_memory_seq_rm(self.memory, seq, pos, -1)
-        buf = (ctypes.c_uint8 * len(checkpoint)).from_buffer_copy(checkpoint)
-        n = llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(buf), seq, _PARTIAL)
-        if n == 0 or self.pos_max(seq) != pos - 1:
+        if not self._read(seq, checkpoint, _PARTIAL) or self.pos_max(seq) != pos - 1:
             self.clear(seq)
             return False
         return True
 
     def restore(self, seq: int, state: bytes) -> bool:
         self.clear(seq)
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        n = llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(state), seq, 0)
-        if n == 0:
+        if not self._read(seq, state, 0):
             self.clear(seq)
             return False
         return True
+
+    def _read(self, seq: int, state: bytes, flags: int) -> bool:
+        """Puts a saved state into `seq` (the layers `flags` say); False
+        where llama.cpp refused it (no room, another layout)."""
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return bool(llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(buf), seq, flags))
 
     def close(self) -> None:
         if self._open:

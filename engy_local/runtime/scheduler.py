@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from ..chat import PromptProgress, Started
-from ..errors import EngyError, ServerError
+from ..errors import ContextFull, EngyError, ServerError
 from ..prompt.assemble import AnswerAssembler
 from ..prompt.detokenize import TextEnd, TokenText
 from .cache import PromptCache
@@ -57,6 +57,15 @@ class Running:
     @property
     def prompt(self) -> list[int]:
         return self.job.tokens
+
+
+@dataclass(frozen=True)
+class Fed:
+    """What one request put in a step's batch."""
+
+    running: Running
+    tokens: list[int]
+    reading: bool  # prompt tokens (else the token it sampled last)
 
 
 class Scheduler:
@@ -204,34 +213,12 @@ class Scheduler:
             self._release(r)
         if not self.running:
             return
-        batch = self.ctx.batch
-        batch.clear()
-        outputs: list[tuple[Running, int]] = []
-        fed: list[tuple[Running, list[int]]] = []
-        for r in self.running:
-            if r.next_token is not None:
-                i = batch.add(r.next_token, len(r.slot.held), r.slot.id, True)
-                outputs.append((r, i))
-                fed.append((r, [r.next_token]))
-        budget = self.ctx.n_batch - batch.n
-        for r in list(self.running):
-            if r.next_token is not None or budget <= 0:
-                continue
-            try:
-                taken = self._feed_prompt(r, budget, outputs)
-            except EngyError as exc:  # an image that would not evaluate
-                self._fail(r, exc, forget=True)
-                continue
-            if taken:
-                fed.append((r, taken))
-                budget -= len(taken)
-        try:
-            self.ctx.decode()
-        except EngyError as exc:
-            for r, _ in fed:
-                self._fail(r, exc, forget=True)
+        ran = self._run_batch()
+        if ran is None:
             return
-        for r, tokens in fed:
+        outputs, fed = ran
+        for f in fed:
+            r, tokens = f.running, f.tokens
             r.slot.held.extend(tokens)
             prompt_read = r.next_token is None and len(r.slot.held) == len(r.prompt)
             r.next_token = None
@@ -250,6 +237,76 @@ class Scheduler:
             except Exception as exc:  # one request's failure is not the others'
                 log.exception("generation failed")
                 self._fail(r, ServerError(f"generation failed: {exc}"))
+
+    def _build(self, prompts: bool) -> tuple[list[tuple[Running, int]], list[Fed]]:
+        """The step's batch: the last sampled token of every generating
+        request, then (`prompts`) chunks of the prompts being read. Returns
+        where each request samples and what each one fed."""
+        batch = self.ctx.batch
+        batch.clear()
+        outputs: list[tuple[Running, int]] = []
+        fed: list[Fed] = []
+        for r in self.running:
+            if r.next_token is not None:
+                i = batch.add(r.next_token, len(r.slot.held), r.slot.id, True)
+                outputs.append((r, i))
+                fed.append(Fed(r, [r.next_token], reading=False))
+        budget = self.ctx.n_batch - batch.n
+        for r in list(self.running) if prompts else ():
+            if r.next_token is not None or budget <= 0:
+                continue
+            try:
+                taken = self._feed_prompt(r, budget, outputs)
+            except EngyError as exc:  # an image that would not evaluate
+                self._fail(r, exc, forget=True)
+                continue
+            if taken:
+                fed.append(Fed(r, taken, reading=True))
+                budget -= len(taken)
+        return outputs, fed
+
+    def _run_batch(self) -> tuple[list[tuple[Running, int]], list[Fed]] | None:
+        """Builds and decodes the step's batch. Where the KV cache has no
+        room for it, idle sequences are freed (least recently used first,
+        saved to the RAM cache when worth it); with none left, the prompts
+        being read wait for the generating requests, and a prompt that does
+        not fit even alone fails with ContextFull."""
+        outputs, fed = self._build(prompts=True)
+        while True:
+            try:
+                if self.ctx.decode():
+                    return outputs, fed
+            except EngyError as exc:
+                for f in fed:
+                    self._fail(f.running, exc, forget=True)
+                return None
+            if self._evict_idle():
+                continue
+            readers = [f.running for f in fed if f.reading]
+            if readers and len(readers) < len(fed):
+                outputs, fed = self._build(prompts=False)  # the prompts wait a step
+                continue
+            busy = sum(s.busy for s in self.slots)
+            err = ContextFull(
+                f"no room in the KV cache for this request beside {busy - 1} other busy "
+                "conversations; try again shortly"
+            )
+            for f in fed:
+                self._fail(f.running, err, forget=True)
+            return None
+
+    def _evict_idle(self) -> bool:
+        """Frees the least recently used idle sequence that holds anything."""
+        idle = [s for s in self.slots if not s.busy and self.ctx.held(s.id) > 0]
+        if not idle:
+            return False
+        slot = min(idle, key=lambda s: s.used)
+        self._save(slot)
+        self.ctx.clear(slot.id)
+        slot.replace([])
+        self._pin()
+        log.info("seq %d: cleared to make room in the KV cache", slot.id)
+        return True
 
     def _feed_prompt(
         self, r: Running, budget: int, outputs: list[tuple[Running, int]]
@@ -339,6 +396,18 @@ class Scheduler:
         out: list[dict[str, Any]] = [
             {"index": s.id, "tokens": len(s.held), "busy": s.busy} for s in self.slots
         ]
+        return out
+
+    def mismatches(self) -> list[str]:
+        """Sequences whose tokens and KV cache disagree in length (none, or
+        the bookkeeping is wrong). Only while the model's thread is idle."""
+        out = []
+        for s in self.slots:
+            if self.model.recurrent or s.busy:
+                continue
+            kv = self.ctx.held(s.id)
+            if kv != len(s.held):
+                out.append(f"seq {s.id}: {len(s.held)} tokens, {kv} in the KV cache")
         return out
 
     def close(self) -> None:
