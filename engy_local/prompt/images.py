@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..chat import Image, Message, ToolResult
-from ..errors import EngyError, InvalidRequest
+from ..errors import EngyError, InvalidRequest, TemplateLimitHit
 from .messages import ImageSlots
 from .template import ChatTemplate
 
@@ -74,6 +74,8 @@ def image_placeholder(template: ChatTemplate) -> str | None:
     try:
         a = template.render(plain, add_generation_prompt=False)
         b = template.render(with_image, add_generation_prompt=False)
+    except TemplateLimitHit:
+        raise  # a looping template: one limit, not one per probe
     except EngyError:
         return None
     n = len(b) - len(a)

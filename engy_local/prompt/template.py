@@ -29,7 +29,6 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from functools import cached_property
 from typing import Any
 
 import jinja2
@@ -39,7 +38,7 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import BadTemplate, InvalidRequest
+from ..errors import BadTemplate, InvalidRequest, TemplateLimitHit
 from .messages import Quirks, needs_short_call_ids
 
 # Variables a template may read to toggle thinking, best first: DeepSeek's
@@ -244,6 +243,7 @@ class ChatTemplate:
             ) from e
         # Names the template reads from its context (not ones it only sets).
         self._reads = frozenset(jinja2.meta.find_undeclared_variables(ast))
+        self._probed: Quirks | TemplateLimitHit | None = None
 
     @property
     def supports_tools(self) -> bool:
@@ -280,7 +280,7 @@ class ChatTemplate:
             return self._render(context)
         except TemplateLimit as e:
             limit = str(e) or f"chat template: rendering took over {self._seconds:g} s"
-            raise InvalidRequest(limit) from None
+            raise TemplateLimitHit(limit) from None
         except TemplateRaised as e:
             raise InvalidRequest(f"chat template: {e.text}") from e
         except Exception as e:
@@ -309,10 +309,23 @@ class ChatTemplate:
             found["datetime"] = self._now().strftime("%Y-%m-%d")
         return found
 
-    @cached_property
+    @property
     def quirks(self) -> Quirks:
         """What this template cannot take, found once by rendering tiny probe
-        conversations (llama.cpp's minja probes capabilities the same way)."""
+        conversations (llama.cpp's minja probes capabilities the same way).
+        A probe that hits the render limit stops the probing, and the
+        template is refused from then on: a looping template costs the
+        first request one limit, not one per probe."""
+        if self._probed is None:
+            try:
+                self._probed = self._probe()
+            except TemplateLimitHit as e:
+                self._probed = e
+        if isinstance(self._probed, TemplateLimitHit):
+            raise TemplateLimitHit(self._probed.message)
+        return self._probed
+
+    def _probe(self) -> Quirks:
         null_content = not self._shows_call("") and self._shows_call(None)
         empty = None if null_content else ""
         calls_apart = self._shows_call(empty) and not self._shows_call(_TEXT)
@@ -356,6 +369,8 @@ class ChatTemplate:
         try:
             messages, tools = copy.deepcopy([_USER, turn, _RESULT]), copy.deepcopy(_PROBE_TOOLS)
             text = self.render(messages, tools=tools)
+        except TemplateLimitHit:
+            raise
         except InvalidRequest:
             return False
         return _THINKING in text and not any(
@@ -386,12 +401,16 @@ class ChatTemplate:
         try:
             # Copies: templates may mutate lists, and the probe pieces are shared.
             return expect in self.render(copy.deepcopy(messages), tools=copy.deepcopy(_PROBE_TOOLS))
+        except TemplateLimitHit:
+            raise
         except InvalidRequest:
             return False
 
     def _raises(self, messages: list[dict[str, Any]]) -> bool:
         try:
             self.render(copy.deepcopy(messages), tools=copy.deepcopy(_PROBE_TOOLS))
+        except TemplateLimitHit:
+            raise
         except InvalidRequest:
             return True
         return False
