@@ -150,6 +150,9 @@ class Started:
 
     prompt_tokens: int
     cached_tokens: int
+    # When the prompt was not read from the cache in full: where it left the
+    # longest prefix any cache holds, "messages[3] (token 5120 of 5210)".
+    miss: str = ""
 
 
 @dataclass(frozen=True)

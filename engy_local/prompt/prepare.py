@@ -15,6 +15,7 @@ from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
 from .families import Family
 from .forced import forced_call_grammar
 from .images import PlacedImages, image_placeholder, images_of, place_images
+from .layout import first_token_at, layout, token_offsets
 from .messages import ImageSlots, to_template_messages, to_template_tools
 from .template import ChatTemplate
 from .toolparse import ForcedCallParser, ToolParser
@@ -81,6 +82,7 @@ class PromptModel(Protocol):
     def projector(self) -> Projector | None: ...
 
     def tokenize(self, text: str) -> list[int]: ...
+    def piece(self, token: int) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,11 @@ class Prepared:
     # The prompt's images, each standing at `start` in `tokens` as a run of
     # placeholder ids; prefill evaluates each with `media.eval` there.
     media: tuple[Media, ...] = ()
+    # Where the conversation's own messages begin, after the system prompt
+    # and tools (a checkpoint there serves new conversations that share them).
+    marks: tuple[int, ...] = ()
+    # Token index -> the part of the request it comes from ("messages[3]").
+    where: Callable[[int], str] = lambda index: ""
 
 
 def new_call_id() -> str:
@@ -202,10 +209,22 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         stop=s.stop,
         grammar=grammar,
     )
+    offsets = token_offsets(tokens, model)
+    parts = layout(text, request.messages, tools)
+    marks: tuple[int, ...] = ()
+    if parts.messages_start > 0:
+        mark = first_token_at(offsets, parts.messages_start)
+        marks = (mark,) if 0 < mark < n else ()
+
+    def where(index: int) -> str:
+        return parts.label(int(offsets[index])) if 0 <= index < n else ""
+
     return Prepared(
         tokens=tokens,
         params=params,
         new_parser=new_parser,
         single_call=forced or not choice.parallel,
         media=media,
+        marks=marks,
+        where=where,
     )

@@ -1,0 +1,116 @@
+"""Which part of a request each prompt token comes from: `system`, `tools`,
+`messages[5].content[1]`, so that a turn that missed the cache can say where
+its prompt left the cached prefix, and the engine can keep a checkpoint
+where a conversation's own messages begin (what a new conversation with the
+same system prompt and tools shares).
+
+The parts are found in the rendered prompt by their text, in order (a
+template may trim or wrap a part; one it rewrites beyond recognition is
+left out, and its tokens count as the part before it). Token positions map
+to the prompt's bytes through each token's piece length, one vector sum.
+"""
+
+from __future__ import annotations
+
+import weakref
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..chat import Image, Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
+
+_NEEDLE = 48  # characters of a part's text looked for
+
+
+@dataclass(frozen=True)
+class Layout:
+    starts: tuple[int, ...]  # byte offsets in the rendered prompt, ascending
+    labels: tuple[str, ...]
+    messages_start: int  # byte offset where the first non-system message begins; -1: none
+
+    def label(self, offset: int) -> str:
+        i = bisect_right(self.starts, offset) - 1
+        return self.labels[i] if i >= 0 else "the template's opening"
+
+
+def _needle(text: str) -> str:
+    return text.strip()[:_NEEDLE]
+
+
+def _parts(message: Message) -> list[tuple[int, str]]:
+    out = []
+    for j, part in enumerate(message.parts):
+        if isinstance(part, (Text, Thinking)):
+            out.append((j, part.text))
+        elif isinstance(part, ToolCall):
+            out.append((j, part.name))
+        elif isinstance(part, ToolResult):
+            out.append((j, part.content))
+        elif isinstance(part, Image):
+            continue
+    return out
+
+
+def layout(text: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Layout:
+    """Where each part of a request stands in its rendered prompt `text`."""
+    data = text.encode("utf-8")
+    found: list[tuple[int, str]] = []
+
+    def at(needle: str, start: int) -> int:
+        if not needle:
+            return -1
+        return data.find(needle.encode("utf-8"), start)
+
+    for message in messages:
+        if message.role == "system":
+            where = at(_needle(message.text()), 0)
+            if where >= 0:
+                found.append((where, "system"))
+    for tool in tools[:1]:
+        where = at(tool.name, 0)
+        if where >= 0:
+            found.append((where, "tools"))
+    cursor, index, first = 0, 0, -1
+    for message in messages:
+        if message.role == "system":
+            continue
+        parts = _parts(message)
+        for j, piece in parts:
+            where = at(_needle(piece), cursor)
+            if where < 0:
+                continue
+            label = f"messages[{index}]" + (f".content[{j}]" if len(message.parts) > 1 else "")
+            found.append((where, label))
+            first = where if first < 0 else first
+            cursor = where + 1
+        index += 1
+    found.sort()
+    return Layout(tuple(o for o, _ in found), tuple(label for _, label in found), first)
+
+
+class Pieces(Protocol):
+    def piece(self, token: int) -> bytes: ...
+
+
+# Byte length of each vocabulary piece seen so far, per vocabulary.
+_LENGTHS: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+
+
+def token_offsets(tokens: Sequence[int], vocab: Pieces) -> np.ndarray:
+    """The byte offset where each token starts in the text they stand for
+    (images' placeholder ids count 0)."""
+    known = _LENGTHS.setdefault(vocab, {})
+    ids = np.asarray(tokens, dtype=np.int64)
+    for token in np.unique(ids[ids >= 0]).tolist():
+        if token not in known:
+            known[token] = len(vocab.piece(token))
+    sizes = np.fromiter((known.get(t, 0) for t in ids.tolist()), dtype=np.int64, count=ids.size)
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]) if ids.size else np.zeros(0, np.int64)
+
+
+def first_token_at(offsets: np.ndarray, byte: int) -> int:
+    """The first token starting at or after `byte` (len(offsets) if none)."""
+    return int(np.searchsorted(offsets, byte, side="left"))
