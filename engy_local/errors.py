@@ -6,6 +6,7 @@ and mapped to each protocol's error body in one place (`protocols.anthropic
     EngyError                   status  meaning
     ├── InvalidRequest            400   bad JSON, a wrong type, a missing field
     │   ├── PromptTooLong         400   the prompt does not fit the context window
+    │   ├── TemplateLimitHit      400   the chat template ran past its time or size limit
     │   └── UndecodableImage      400   an image the projector cannot decode
     ├── Unauthorized              401   missing or wrong API key
     ├── Forbidden                 403   a Host or Origin this server does not accept
@@ -66,6 +67,11 @@ class PromptTooLong(InvalidRequest):
         super().__init__(message or f"prompt is too long: {tokens} tokens > {maximum} maximum")
         self.tokens = tokens
         self.maximum = maximum
+
+
+class TemplateLimitHit(InvalidRequest):
+    """The chat template ran past its time or size limit (a template that
+    loops, or writes without end)."""
 
 
 class UndecodableImage(InvalidRequest):

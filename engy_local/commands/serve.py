@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..server.options import ServeOptions
+from ..server.options import DEFAULT_DISK_CACHE, ServeOptions
 from .options import (
     DEFAULT_PORT,
     MODEL,
@@ -60,6 +60,16 @@ def serve(
     cache_ram: Annotated[
         float, _opt("MiB of RAM for saved conversation states (0: none)", SESSIONS, min=0)
     ] = 2048,
+    cache_disk: Annotated[
+        Optional[Path],
+        _opt("Directory of the prompt cache on disk (default: $ENGY_HOME/kvcache)", SESSIONS),
+    ] = None,
+    cache_disk_size: Annotated[
+        float,
+        _opt(
+            "GiB the prompt cache on disk may take, all models together (0: off)", SESSIONS, min=0
+        ),
+    ] = DEFAULT_DISK_CACHE / (1 << 30),
     repack: Annotated[
         Optional[bool],
         _opt(
@@ -163,6 +173,8 @@ def serve(
             tokenizer=tokenizer or None,
             parallel=parallel,
             cache_ram=int(cache_ram * (1 << 20)),
+            cache_disk=_path(cache_disk),
+            cache_disk_size=int(cache_disk_size * (1 << 30)),
             repack=repack,
             mmproj=_path(mmproj),
             max_image_bytes=max_image_bytes,

@@ -8,6 +8,7 @@ these tokens. Pure Python; the scheduler saves and restores the bytes.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .slots import common_prefix
@@ -20,16 +21,20 @@ class Entry:
     tokens: list[int]
     state: bytes
     pos_min: int  # the lowest position the state still holds (sliding windows)
+    # Sliding-window checkpoints of the sequence at earlier positions (kept
+    # for the disk tier, which can resume only where a window was kept).
+    windows: list[tuple[int, bytes]] = field(default_factory=list)
     used: int = field(default_factory=lambda: next(_clock))
 
     @property
     def size(self) -> int:
-        return len(self.state) + 4 * len(self.tokens)
+        return len(self.state) + 4 * len(self.tokens) + sum(len(w) for _, w in self.windows)
 
 
 class PromptCache:
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, on_drop: Callable[[Entry], None] | None = None) -> None:
         self.budget = budget
+        self.on_drop = on_drop  # an entry let go for room (not one a longer entry replaced)
         self.entries: list[Entry] = []
         # Bytes the budget also pays for outside the entries: the sequences'
         # checkpoints (llama-server left those out of its limit).
@@ -54,10 +59,16 @@ class PromptCache:
             len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens for e in self.entries
         )
 
-    def put(self, tokens: list[int], state: bytes, pos_min: int) -> bool:
+    def put(
+        self,
+        tokens: list[int],
+        state: bytes,
+        pos_min: int,
+        windows: list[tuple[int, bytes]] | None = None,
+    ) -> bool:
         """Keeps a state; entries it extends are dropped. False when it
         cannot fit the budget at all."""
-        entry = Entry(list(tokens), state, pos_min)
+        entry = Entry(list(tokens), state, pos_min, list(windows or ()))
         if entry.size + self.pinned > self.budget:
             return False
         self.entries = [
@@ -72,7 +83,10 @@ class PromptCache:
     def shrink(self) -> None:
         """Least recently used entries out until the budget holds."""
         while self.entries and self.used > self.budget:
-            self.entries.remove(min(self.entries, key=lambda e: e.used))
+            gone = min(self.entries, key=lambda e: e.used)
+            self.entries.remove(gone)
+            if self.on_drop is not None:
+                self.on_drop(gone)
 
     def touch(self, entry: Entry) -> None:
         entry.used = next(_clock)

@@ -145,11 +145,12 @@ class Context:
 
     def _window_covers(self, seq: int, keep: int) -> bool:
         """Sliding-window layers keep only the latest positions: evaluation
-        can resume at `keep` only if the window before it is still there."""
+        can resume at `keep` only if the window before it is still there
+        (the token at `keep` sees the n_swa - 1 positions before it)."""
         n_swa = self.model.n_swa
         if n_swa <= 0 or keep <= 0:
             return True
-        return self.pos_min(seq) <= max(0, keep - n_swa)
+        return self.pos_min(seq) <= max(0, keep - n_swa + 1)
 
     def pos_max(self, seq: int) -> int:
         return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq))

@@ -24,4 +24,7 @@ class Job:
     emit: Sink  # thread-safe; None marks the end of the job's events
     single_call: bool = False  # stop after the first complete tool call
     media: tuple[Any, ...] = ()  # vision.Media: the images among `tokens`, in order
+    marks: tuple[int, ...] = ()  # where a sliding-window checkpoint is worth keeping
+    where: Callable[[int], str] = lambda index: ""  # token index -> the request's part
     cancelled: threading.Event = field(default_factory=threading.Event)
+    joined: bool = False  # it waited for another request reading the same prompt

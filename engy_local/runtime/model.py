@@ -43,6 +43,7 @@ class LoadOptions:
     repack: bool | None = None  # CPU weight repacking; None: decide (cpu.py)
     flash_attn: str = "auto"  # "auto" (where the backend has it), "on" or "off"
     tensor_split: tuple[float, ...] = ()  # weights of the offload devices, in order
+    digest: str | None = None  # sha256 of the weights where the store knows it
 
 
 def backend_label(gpu_layers: int | None) -> str:
@@ -124,7 +125,10 @@ class Model(Tokens):
         vocab = llama_cpp.llama_model_get_vocab(handle)
         self._vocab = vocab
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        self.options = options
         self.n_swa = int(llama_cpp.llama_model_n_swa(handle))
+        self.n_layer = int(llama_cpp.llama_model_n_layer(handle))
+        self.n_embd = int(llama_cpp.llama_model_n_embd(handle))
         # Recurrent state cannot be cut back to a prefix: reuse is whole or nothing.
         self.recurrent = bool(
             llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle)

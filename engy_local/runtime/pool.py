@@ -15,18 +15,30 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..backend import ModelInfo, ModelStatus, SequenceStatus, provider_failure
 from ..chat import ChatRequest
 from ..errors import Busy, ModelNotFound, NotGGUF, NoWorker
 from ..models.ggufmeta import read_metadata, trained_context
 from ..prompt.prepare import count_tokens, prepare
+from .diskcache import DiskTier
+from .identity import model_identity
 from .job import Job
+from .kvfiles import DiskBudget
 from .local import LocalGeneration, ServedModel
 from .model import Model, backend_label, label_gpu
 from .worker import Worker
 
 log = logging.getLogger("engy.pool")
+
+
+@dataclass(frozen=True)
+class DiskSettings:
+    """Where the disk tier keeps states, and how many bytes it may."""
+
+    root: Path
+    budget: int
 
 
 @dataclass
@@ -88,6 +100,7 @@ class ModelPool:
         heartbeat: float = 10.0,
         memory_budget: int | None = None,
         keep_alive: float | None = 1800.0,
+        disk: DiskSettings | None = None,
     ) -> None:
         self.served = list(served)
         self.output_cap = output_cap
@@ -96,6 +109,8 @@ class ModelPool:
         self.heartbeat = heartbeat
         self.memory_budget = memory_budget or int(total_memory() * 0.8)
         self.keep_alive = keep_alive
+        self.disk = disk if disk is not None and disk.budget > 0 else None
+        self._disk_budget: DiskBudget | None = None
         self._loaded: dict[str, _Loaded] = {}
         self._lock = threading.RLock()
         self._closed = threading.Event()
@@ -140,6 +155,8 @@ class ModelPool:
             emit=generation.emit,
             single_call=prepared.single_call,
             media=prepared.media,
+            marks=prepared.marks,
+            where=prepared.where,
         )
         generation.job = job
         with self._lock:
@@ -205,7 +222,7 @@ class ModelPool:
                     gpu=label_gpu(model.backend),
                 )
                 try:
-                    worker = Worker(model, queue_size=self.queue_size)
+                    worker = Worker(model, queue_size=self.queue_size, disk=self._tier(model))
                 except BaseException:
                     model.close()
                     raise
@@ -214,6 +231,22 @@ class ModelPool:
                 log.info("loaded %s", served.id)
             loaded.last_used = time.monotonic()
             return loaded
+
+    def _tier(self, model: Model) -> DiskTier | None:
+        """The disk tier of a model just loaded (None: off, or a model whose
+        state cannot be cut, as a recurrent one)."""
+        if self.disk is None or model.recurrent:
+            return None
+        root = self.disk.root
+        try:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            identity = model_identity(model, root / "digests.json")
+        except OSError as exc:
+            log.warning("kv cache: %s is not usable (%s); the disk tier is off", root, exc)
+            return None
+        if self._disk_budget is None:  # one bound for all models
+            self._disk_budget = DiskBudget(root, self.disk.budget)
+        return DiskTier(self._disk_budget, identity, windowed=model.n_swa > 0)
 
     def _make_room(self, cost: int) -> None:
         """Unload idle models, least recently used first, until `cost` fits."""

@@ -24,12 +24,14 @@ from ..chat import PromptProgress, Started
 from ..errors import ContextFull, EngyError, ServerError
 from ..prompt.assemble import AnswerAssembler
 from ..prompt.detokenize import TextEnd, TokenText
+from .cache import Entry as CacheEntry
 from .cache import PromptCache
 from .context import Context
+from .diskcache import DiskTier, Hit
 from .job import Job
 from .model import Model
 from .sampling import Sampler
-from .slots import Checkpoint, Option, Slot, choose
+from .slots import Checkpoint, Option, Slot, choose, common_prefix
 
 log = logging.getLogger("engy.requests")
 
@@ -50,6 +52,7 @@ class Running:
     cached: int
     media: dict[int, Any]  # start index -> vision.Media
     next_token: int | None = None  # sampled, to be decoded next step
+    miss: str = ""  # where the prompt left the longest cached prefix (see Started)
     t_start: float = field(default_factory=time.monotonic)
     t_prefilled: float = 0.0
     t_first: float = 0.0
@@ -69,16 +72,29 @@ class Fed:
 
 
 class Scheduler:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, disk: DiskTier | None = None) -> None:
         self.model = model
         self.ctx = Context(model)
         self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
-        self.cache = PromptCache(model.cache_ram)
+        self.disk = disk
+        # What the RAM cache lets go is written to disk (when there is one).
+        self.cache = PromptCache(model.cache_ram, on_drop=self._to_disk)
         self.running: list[Running] = []
         self._clock = itertools.count(1)
 
     def free(self) -> int:
         return sum(not s.busy for s in self.slots)
+
+    def reading_the_same(self, job: Job) -> bool:
+        """Another request is reading exactly this prompt (a client that
+        timed out and sent it again): this one waits and then starts from
+        that prefill's end instead of evaluating it twice, whether or not
+        the first one's client is still there (its tokens stay in its
+        sequence)."""
+        return any(
+            r.next_token is None and len(r.slot.held) < len(r.prompt) and r.prompt == job.tokens
+            for r in self.running
+        )
 
     # -- admission ------------------------------------------------------
 
@@ -96,19 +112,26 @@ class Scheduler:
         media = {m.start: m for m in job.media}
         usable = self._usable(prompt, job.media)
         _, cached = self.cache.best(prompt)
-        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, self.cache.covers)
+        hit = self.disk.best(prompt, usable(len(prompt))) if self.disk is not None else None
+        stored = hit.tokens if hit is not None else 0
+        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, self.cache.covers, stored)
         assert plan is not None, "admitted without a free sequence"
         slot = self.slots[plan.slot]
         if plan.save:
             self._save(slot)
-        reuse = self._reuse(slot, plan.options, prompt)
+        reuse = self._reuse(slot, plan.options, prompt, hit)
+        known = max(stored, cached, *(common_prefix(s.held, prompt) for s in self.slots))
+        miss = ""
+        if reuse < len(prompt) - 1:
+            part = job.where(known) if known else "nothing cached shares its start"
+            miss = f"{part} (token {known} of {len(prompt)})"
         slot.busy = True
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens)
         answer = AnswerAssembler(job.parser, job.single_call)
-        running = Running(job, slot, sampler, text, answer, reuse, media)
+        running = Running(job, slot, sampler, text, answer, reuse, media, miss=miss)
         self.running.append(running)
-        job.emit(Started(len(prompt), reuse))
+        job.emit(Started(len(prompt), reuse, miss))
 
     @staticmethod
     def _usable(prompt: list[int], media: tuple[Any, ...]) -> Callable[[int], int]:
@@ -121,7 +144,9 @@ class Scheduler:
 
         return usable
 
-    def _reuse(self, slot: Slot, options: tuple[Option, ...], prompt: list[int]) -> int:
+    def _reuse(
+        self, slot: Slot, options: tuple[Option, ...], prompt: list[int], hit: Hit | None
+    ) -> int:
         """Carries out the first option that works, best first; returns the
         prompt tokens now in `slot`."""
         ctx = self.ctx
@@ -139,6 +164,9 @@ class Scheduler:
                 assert option.src is not None
                 donor = self.slots[option.src]
                 attempts.append((option.reuse, partial(self._copy, donor, slot)))
+            elif option.source == "disk":
+                assert hit is not None
+                attempts.append((option.reuse, partial(self._restore_disk, slot, hit)))
             else:
                 attempts.append((option.reuse, partial(self._restore, slot, prompt)))
         attempts.sort(key=lambda a: -a[0])
@@ -174,7 +202,7 @@ class Scheduler:
     def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
         entry, _ = self.cache.best(prompt)
         n_swa = self.model.n_swa
-        if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa)):
+        if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa + 1)):
             return False
         if not self.ctx.restore(slot.id, entry.state):
             slot.replace([])
@@ -183,16 +211,37 @@ class Scheduler:
         slot.replace(list(entry.tokens))
         return self._cut(slot, n)
 
-    def _checkpoint(self, slot: Slot) -> None:
+    def _restore_disk(self, slot: Slot, hit: Hit, n: int) -> bool:
+        assert self.disk is not None
+        loaded = self.disk.load(hit)
+        if loaded is None:
+            return False
+        held, state = loaded
+        if not self.ctx.restore(slot.id, state):
+            slot.replace([])
+            return False
+        slot.replace(held)
+        log.debug("seq %d: %d tokens from the disk tier", slot.id, n)
+        return self._cut(slot, n)
+
+    def _checkpoint(self, slot: Slot, mark: bool = False) -> None:
         """At the end of a prompt, for models with a sliding window: the
-        next turn usually resumes here, after the answer it drops."""
-        if self.model.n_swa <= 0 or self.model.recurrent or self.cache.budget <= 0:
+        next turn usually resumes here, after the answer it drops. And
+        (`mark`) where the conversation's messages begin: a new conversation
+        with the same system prompt and tools resumes there."""
+        if self.model.n_swa <= 0 or self.model.recurrent:
+            return
+        if self.cache.budget <= 0 and self.disk is None:
             return
         pos = len(slot.held)
         if slot.checkpoints and slot.checkpoints[-1].pos == pos:
             return
         state = self.ctx.save(slot.id, partial=True)
-        slot.checkpoints = [*slot.checkpoints, Checkpoint(pos, state)][-MAX_CHECKPOINTS:]
+        kept = [*slot.checkpoints, Checkpoint(pos, state, mark)]
+        marks = [c for c in kept if c.mark][:1]  # the first mark stays
+        rest = [c for c in kept if not any(c is m for m in marks)]
+        rest = rest[-(MAX_CHECKPOINTS - len(marks)) :]
+        slot.checkpoints = sorted([*marks, *rest], key=lambda c: c.pos)
         self._pin()
 
     def _pin(self) -> None:
@@ -200,11 +249,20 @@ class Scheduler:
         self.cache.shrink()
 
     def _save(self, slot: Slot) -> None:
-        if len(slot.held) < MIN_SAVE or self.cache.budget <= 0:
+        """A sequence about to be overwritten, to the RAM cache (or, where
+        it does not fit there, to disk)."""
+        if len(slot.held) < MIN_SAVE or (self.cache.budget <= 0 and self.disk is None):
             return
         state = self.ctx.save(slot.id)
-        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id)):
+        windows = [(c.pos, c.state) for c in slot.checkpoints]
+        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id), windows):
             log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, len(slot.held), len(state))
+        elif self.disk is not None:
+            self.disk.put(slot.held, state, windows)
+
+    def _to_disk(self, entry: CacheEntry) -> None:
+        if self.disk is not None:
+            self.disk.put(entry.tokens, entry.state, entry.windows)
 
     # -- one step -------------------------------------------------------
 
@@ -224,6 +282,8 @@ class Scheduler:
             r.next_token = None
             if len(r.slot.held) < len(r.prompt):
                 r.job.emit(PromptProgress(len(r.slot.held), len(r.prompt)))
+                if f.reading and len(r.slot.held) in r.job.marks:
+                    self._checkpoint(r.slot, mark=True)
             elif prompt_read:
                 self._checkpoint(r.slot)
         now = time.monotonic()
@@ -320,7 +380,10 @@ class Scheduler:
             m.eval(self.ctx.ctx, slot.id, done, self.ctx.n_batch)
             slot.held.extend(prompt[done : done + m.n_tokens])
             done = len(slot.held)
-        end = min((s for s in r.media if s > done), default=len(prompt))
+        # A chunk ends at the next image and at the next mark (checkpointed
+        # once it is read).
+        marks = r.job.marks if self.model.n_swa > 0 else ()
+        end = min((s for s in (*r.media, *marks) if s > done), default=len(prompt))
         take = prompt[done : min(end, done + budget)]
         batch = self.ctx.batch
         for k, token in enumerate(take):
@@ -358,7 +421,7 @@ class Scheduler:
         decode_s = max(1e-6, end - (r.t_first or end))
         log.info(
             "%s seq=%d prompt=%d cached=%d prefill=%.1f tok/s decode=%.1f tok/s "
-            "ttft=%.2fs tokens=%d stop=%s",
+            "ttft=%.2fs tokens=%d stop=%s%s",
             self.model.path.name,
             r.slot.id,
             len(r.prompt),
@@ -368,6 +431,7 @@ class Scheduler:
             (r.t_first or end) - r.t_start,
             r.text.produced,
             stop,
+            (" joined" if r.job.joined else "") + (f" diverged={r.miss!r}" if r.miss else ""),
         )
 
     def _fail(self, r: Running, err: EngyError, forget: bool = False) -> None:
@@ -411,4 +475,15 @@ class Scheduler:
         return out
 
     def close(self) -> None:
+        """Frees the context; with a disk tier, every conversation worth
+        keeping is written there first (a graceful stop keeps the cache)."""
+        if self.disk is not None:
+            for slot in self.slots:
+                if len(slot.held) >= MIN_SAVE:
+                    windows = [(c.pos, c.state) for c in slot.checkpoints]
+                    self.disk.put(slot.held, self.ctx.save(slot.id), windows)
+                    self.disk.flush()  # one state in memory at a time
+            for entry in self.cache.entries:
+                self._to_disk(entry)
+            self.disk.close()
         self.ctx.close()

@@ -40,6 +40,7 @@ class Checkpoint:
 
     pos: int
     state: bytes
+    mark: bool = False  # where the conversation's messages begin (kept longest)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Slot:
         self.checkpoints = [c for c in self.checkpoints if c.pos <= keep]
 
 
-Source = Literal["self", "copy", "cache"]
+Source = Literal["self", "copy", "cache", "disk"]
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,14 @@ def choose(
     min_save: int,
     usable: Callable[[int], int] = lambda n: n,
     saved: Callable[[list[int]], bool] = lambda tokens: False,
+    stored: int = 0,
 ) -> Plan | None:
     """A plan for `prompt`, or None when every sequence is busy. `cached` is
     the longest prefix the RAM cache holds and `saved(tokens)` whether it
     holds all of `tokens`; `usable(n)` cuts a prefix length back to one
     evaluation can resume from (at least one token must be left to
-    evaluate, and no image may be split)."""
+    evaluate, and no image may be split); `stored` is what the disk tier
+    gives (already a length it can resume at)."""
     free = [s for s in slots if not s.busy]
     if not free:
         return None
@@ -125,6 +128,8 @@ def choose(
     cached = usable(cached)
     if cached > own[target.id]:
         options.append(Option("cache", cached))
+    if stored > max(own[target.id], cached):
+        options.append(Option("disk", stored))
     options.sort(key=lambda o: -o.reuse)
     save = loss(target) >= min_save
     return Plan(target.id, save, tuple(o for o in options if o.reuse > 0))

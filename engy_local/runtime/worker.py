@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from ..errors import Busy, EngyError, ServerError
+from .diskcache import DiskTier
 from .job import Job
 from .model import Model
 from .scheduler import Scheduler
@@ -23,10 +24,10 @@ log = logging.getLogger("engy.worker")
 
 
 class Worker:
-    def __init__(self, model: Model, queue_size: int = 16) -> None:
+    def __init__(self, model: Model, queue_size: int = 16, disk: DiskTier | None = None) -> None:
         self.model = model
         self.queue_size = queue_size
-        self.scheduler = Scheduler(model)  # builds the context: fails here, not later
+        self.scheduler = Scheduler(model, disk)  # builds the context: fails here, not later
         self._waiting: deque[Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -59,6 +60,23 @@ class Worker:
             self._waiting.remove(job)
             job.emit(None)
 
+    def _admissible(self, free: int) -> list[Job]:
+        """Up to `free` waiting jobs, first come first; a job whose prompt is
+        being read right now (or by one admitted with it) waits for that
+        read, and is marked as joining it."""
+        admitted: list[Job] = []
+        for job in list(self._waiting):
+            if len(admitted) >= free:
+                break
+            if self.scheduler.reading_the_same(job) or any(
+                a.tokens == job.tokens for a in admitted
+            ):
+                job.joined = True
+                continue
+            self._waiting.remove(job)
+            admitted.append(job)
+        return admitted
+
     def sequences(self) -> list[dict[str, Any]]:
         """What each KV sequence holds (for `engy ps`); a snapshot."""
         return self.scheduler.describe()
@@ -67,7 +85,8 @@ class Worker:
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._thread.join(timeout=30)
+        # Long enough for a graceful stop to write the conversations to disk.
+        self._thread.join(timeout=600)
 
     def _loop(self) -> None:
         scheduler = self.scheduler
@@ -84,9 +103,7 @@ class Worker:
                     if self._closed:
                         break
                     self._busy = True
-                    admitted: list[Job] = []
-                    while self._waiting and scheduler.free() > len(admitted):
-                        admitted.append(self._waiting.popleft())
+                    admitted = self._admissible(scheduler.free())
                 for job in admitted:
                     scheduler.admit(job)
                 try:

@@ -4,17 +4,18 @@ loads them, and the upstreams; the RPC workers attached first."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 
 from ..errors import CatalogError, EngyError
-from ..models.catalog import Catalog, Entry, load_catalog
+from ..models.catalog import Catalog, Entry, engy_home, load_catalog
 from ..models.store import Installed, find, installed, locate
 from ..prompt.hfvocab import HFVocabulary, is_hf_tokenizer
 from ..runtime.devices import offload_devices
 from ..runtime.local import ServedModel
 from ..runtime.model import LoadOptions
-from ..runtime.pool import ModelPool
+from ..runtime.pool import DiskSettings, ModelPool
 from ..runtime.rpc import attach, parse_endpoints
 from ..runtime.vocab import Vocabulary as GGUFVocabulary
 from ..upstream import (
@@ -51,10 +52,21 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         repack=options.repack,
         mmproj=record.mmproj or _beside(record, entry),
         tensor_split=options.tensor_split,
+        digest=_digest(record),
     )
     names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
     aliases = tuple(dict.fromkeys(n for n in names if n != record.id))
     return ServedModel(id=record.id, options=load, aliases=aliases, quantization=record.quant)
+
+
+def _digest(record: Installed) -> str | None:
+    """The weights' sha256 from the store's manifest (of all parts, for a
+    split GGUF); None where it does not say."""
+    if not record.sha256 or not all(record.sha256):
+        return None
+    if len(record.sha256) == 1:
+        return record.sha256[0]
+    return hashlib.sha256("".join(str(h) for h in record.sha256).encode()).hexdigest()
 
 
 def _beside(record: Installed, entry: Entry | None) -> Path | None:
@@ -223,4 +235,5 @@ def _pool(options: ServeOptions) -> ModelPool:
         timeout=options.timeout,
         memory_budget=options.memory_budget,
         keep_alive=options.keep_alive,
+        disk=DiskSettings(options.cache_disk or engy_home() / "kvcache", options.cache_disk_size),
     )

@@ -11,6 +11,10 @@ from ..protocols.images import MAX_IMAGE_BYTES, MAX_IMAGES
 from .guard import is_loopback
 from .shutdown import DEFAULT_GRACE
 
+# The disk tier's default size: a few long agent sessions of a 30B model,
+# or hundreds of a small one; a laptop's disk holds it easily.
+DEFAULT_DISK_CACHE = 16 << 30
+
 
 @dataclass(frozen=True)
 class ServeOptions:
@@ -33,6 +37,8 @@ class ServeOptions:
     tokenizer: str | None = None  # the upstreams' GGUF or HF tokenizer; None: MODEL
     parallel: int = 4  # KV sequences per model
     cache_ram: int = 2 << 30  # bytes of saved sequence states per model
+    cache_disk: Path | None = None  # the disk tier's directory; None: $ENGY_HOME/kvcache
+    cache_disk_size: int = DEFAULT_DISK_CACHE  # bytes on disk, all models together; 0: off
     repack: bool | None = None  # CPU weight repacking; None: the AMX guard decides
     no_api_key: bool = False  # serve off loopback without a key, on purpose
     allow_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ("*": any)
