@@ -24,6 +24,7 @@ class Entry:
     # Sliding-window checkpoints of the sequence at earlier positions (kept
     # for the disk tier, which can resume only where a window was kept).
     windows: list[tuple[int, bytes]] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # see Slot.ends
     used: int = field(default_factory=lambda: next(_clock))
 
     @property
@@ -65,10 +66,11 @@ class PromptCache:
         state: bytes,
         pos_min: int,
         windows: list[tuple[int, bytes]] | None = None,
+        ends: list[int] | None = None,
     ) -> bool:
         """Keeps a state; entries it extends are dropped. False when it
         cannot fit the budget at all."""
-        entry = Entry(list(tokens), state, pos_min, list(windows or ()))
+        entry = Entry(list(tokens), state, pos_min, list(windows or ()), list(ends or ()))
         if entry.size + self.pinned > self.budget:
             return False
         self.entries = [

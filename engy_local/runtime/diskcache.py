@@ -50,7 +50,11 @@ from .kvfiles import HEADER, MAGIC, DiskBudget, private_dir, read_file, read_hea
 log = logging.getLogger("engy.cache")
 
 BLOCK = 256  # tokens a hash-chain block holds
-_OFF = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+_OFF = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+# tokens, state, windows, ends (see DiskTier.put)
+_Put = tuple[list[int], bytes, list[tuple[int, bytes]], list[int]]
 
 
 @dataclass
@@ -105,9 +109,7 @@ class DiskTier:
         self.hits = 0
         self.written = 0  # bytes written since start
         self._lock = budget.lock
-        self._queue: queue.Queue[tuple[list[int], bytes, list[tuple[int, bytes]]] | None] = (
-            queue.Queue(maxsize=4)
-        )
+        self._queue: queue.Queue[_Put | None] = queue.Queue(maxsize=4)
         self._writer: threading.Thread | None = None
         if self.on:
             try:
@@ -228,10 +230,11 @@ class DiskTier:
             key = seg.parent
         return None
 
-    def load(self, hit: Hit) -> tuple[list[int], bytes] | None:
+    def load(self, hit: Hit) -> tuple[list[int], bytes, list[int]] | None:
         """The tokens a hit's state holds and the state: `hit.tokens` of
         them, or to the segment's end for a windowed or whole state (the
-        caller cuts it back). None, and the files gone, when one is bad."""
+        caller cuts it back), and where its segments end. None, and the
+        files gone, when one is bad."""
         with self._lock:
             if hit.segment not in self.segments:
                 return None  # evicted since the lookup
@@ -259,7 +262,9 @@ class DiskTier:
             self.hits += 1
             self.restored_tokens += hit.tokens
         whole = path[-1].whole or self.windowed
-        return [int(t) for t in held[: held.size if whole else hit.tokens]], blob
+        held_n = held.size if whole else hit.tokens
+        ends = [seg.end for seg in path if seg.end <= held_n]
+        return [int(t) for t in held[:held_n]], blob, ends
 
     def _assemble(self, path: list[Segment], n: int) -> bytes:
         if path[-1].whole:
@@ -291,13 +296,21 @@ class DiskTier:
 
     # -- writing ---------------------------------------------------------
 
-    def put(self, tokens: list[int], state: bytes, windows: list[tuple[int, bytes]]) -> None:
-        """Store a sequence's state (and, for a windowed model, its window
-        checkpoints at earlier positions), from another thread."""
+    def put(
+        self,
+        tokens: list[int],
+        state: bytes,
+        windows: list[tuple[int, bytes]],
+        ends: list[int],
+    ) -> None:
+        """Store a sequence's state, from another thread. `ends`: where its
+        prompts ended, so that segments end there (the next turn re-renders
+        what came after); a windowed model's `windows`: its window at some
+        of those positions (it can resume only where it has one)."""
         if not self.on:
             return
         try:
-            self._queue.put_nowait((list(tokens), state, list(windows)))
+            self._queue.put_nowait((list(tokens), state, list(windows), list(ends)))
         except queue.Full:
             log.info("kv cache: the disk is behind; a state of %d tokens not stored", len(tokens))
 
@@ -331,7 +344,9 @@ class DiskTier:
             finally:
                 self._queue.task_done()
 
-    def _store(self, tokens: list[int], state: bytes, windows: list[tuple[int, bytes]]) -> None:
+    def _store(
+        self, tokens: list[int], state: bytes, windows: list[tuple[int, bytes]], ends: list[int]
+    ) -> None:
         arr = np.asarray(tokens, dtype="<i4")
         with self._lock:
             parent, start = self._stored_prefix(arr)
@@ -347,9 +362,12 @@ class DiskTier:
             return
         # A windowed model can resume only where a window was kept: each
         # checkpoint after what is stored ends a segment of its own.
-        cuts = [(p, w) for p, w in sorted(windows) if start < p < len(tokens)]
-        if not self.windowed:
-            cuts = []
+        if self.windowed:
+            cuts: list[tuple[int, bytes | None]] = [
+                (p, w) for p, w in sorted(windows) if start < p < len(tokens)
+            ]
+        else:
+            cuts = [(p, None) for p in sorted(set(ends)) if start < p < len(tokens)]
         for end, win in [*cuts, (len(tokens), None)]:
             piece = kvstate.write([base.take(start, end)])
             if self.windowed:

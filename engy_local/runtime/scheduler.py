@@ -81,6 +81,9 @@ class Scheduler:
         self.cache = PromptCache(model.cache_ram, on_drop=self._to_disk)
         self.running: list[Running] = []
         self._clock = itertools.count(1)
+        # A waiting job with these prompt tokens, taken from the queue (the
+        # worker's): it inherits a read its first sender gave up on.
+        self.heir: Callable[[list[int]], Job | None] = lambda tokens: None
 
     def free(self) -> int:
         return sum(not s.busy for s in self.slots)
@@ -197,6 +200,7 @@ class Scheduler:
             return False
         slot.replace(donor.held[:n])
         slot.checkpoints = [c for c in donor.checkpoints if c.pos <= n]
+        slot.ends = [e for e in donor.ends if e <= n]
         return True
 
     def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
@@ -209,6 +213,7 @@ class Scheduler:
             return False
         self.cache.touch(entry)
         slot.replace(list(entry.tokens))
+        slot.ends = [e for e in entry.ends if e <= len(entry.tokens)]
         return self._cut(slot, n)
 
     def _restore_disk(self, slot: Slot, hit: Hit, n: int) -> bool:
@@ -216,11 +221,12 @@ class Scheduler:
         loaded = self.disk.load(hit)
         if loaded is None:
             return False
-        held, state = loaded
+        held, state, ends = loaded
         if not self.ctx.restore(slot.id, state):
             slot.replace([])
             return False
         slot.replace(held)
+        slot.ends = ends
         log.debug("seq %d: %d tokens from the disk tier", slot.id, n)
         return self._cut(slot, n)
 
@@ -255,20 +261,25 @@ class Scheduler:
             return
         state = self.ctx.save(slot.id)
         windows = [(c.pos, c.state) for c in slot.checkpoints]
-        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id), windows):
+        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id), windows, slot.ends):
             log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, len(slot.held), len(state))
         elif self.disk is not None:
-            self.disk.put(slot.held, state, windows)
+            self.disk.put(slot.held, state, windows, slot.ends)
 
     def _to_disk(self, entry: CacheEntry) -> None:
         if self.disk is not None:
-            self.disk.put(entry.tokens, entry.state, entry.windows)
+            self.disk.put(entry.tokens, entry.state, entry.windows, entry.ends)
 
     # -- one step -------------------------------------------------------
 
     def step(self) -> None:
         for r in [r for r in self.running if r.job.cancelled.is_set()]:
-            self._release(r)
+            reading = r.next_token is None and len(r.slot.held) < len(r.prompt)
+            heir = self.heir(r.prompt) if reading else None
+            if heir is not None:
+                self._hand_over(r, heir)
+            else:
+                self._release(r)
         if not self.running:
             return
         ran = self._run_batch()
@@ -283,8 +294,11 @@ class Scheduler:
             if len(r.slot.held) < len(r.prompt):
                 r.job.emit(PromptProgress(len(r.slot.held), len(r.prompt)))
                 if f.reading and len(r.slot.held) in r.job.marks:
+                    r.slot.ends.append(len(r.slot.held))
                     self._checkpoint(r.slot, mark=True)
             elif prompt_read:
+                if not r.slot.ends or r.slot.ends[-1] != len(r.slot.held):
+                    r.slot.ends.append(len(r.slot.held))
                 self._checkpoint(r.slot)
         now = time.monotonic()
         for r, i in outputs:
@@ -297,6 +311,26 @@ class Scheduler:
             except Exception as exc:  # one request's failure is not the others'
                 log.exception("generation failed")
                 self._fail(r, ServerError(f"generation failed: {exc}"))
+
+    def _hand_over(self, r: Running, job: Job) -> None:
+        """A read whose client went away goes on for the request that sent
+        the same prompt again: it starts from what is read so far."""
+        try:
+            sampler = Sampler(self.model, job.params)
+        except EngyError as exc:
+            job.emit(exc)
+            job.emit(None)
+            self._release(r)
+            return
+        r.sampler.close()
+        r.job.emit(None)
+        read = len(r.slot.held)
+        r.job, r.sampler, r.cached, r.miss = job, sampler, read, ""
+        r.text = TokenText(self.model, job.params.stop, job.params.max_tokens)
+        r.answer = AnswerAssembler(job.parser, job.single_call)
+        r.t_start = time.monotonic()
+        log.info("seq %d: a resent prompt takes over its read (%d tokens in)", r.slot.id, read)
+        job.emit(Started(len(r.prompt), read))
 
     def _build(self, prompts: bool) -> tuple[list[tuple[Running, int]], list[Fed]]:
         """The step's batch: the last sampled token of every generating
@@ -481,7 +515,7 @@ class Scheduler:
             for slot in self.slots:
                 if len(slot.held) >= MIN_SAVE:
                     windows = [(c.pos, c.state) for c in slot.checkpoints]
-                    self.disk.put(slot.held, self.ctx.save(slot.id), windows)
+                    self.disk.put(slot.held, self.ctx.save(slot.id), windows, slot.ends)
                     self.disk.flush()  # one state in memory at a time
             for entry in self.cache.entries:
                 self._to_disk(entry)

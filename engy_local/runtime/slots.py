@@ -50,15 +50,20 @@ class Slot:
     busy: bool = False
     used: int = 0  # when it last ran a job (a counter; higher is more recent)
     checkpoints: list[Checkpoint] = field(default_factory=list)  # oldest first
+    # Where its prompts ended (and its messages began): where the next turn
+    # re-renders what came after, so the disk tier cuts its segments there.
+    ends: list[int] = field(default_factory=list)
 
     def replace(self, held: list[int]) -> None:
         """New contents: checkpoints of the old ones no longer apply."""
         self.held = held
         self.checkpoints = []
+        self.ends = []
 
     def cut(self, keep: int) -> None:
         del self.held[keep:]
         self.checkpoints = [c for c in self.checkpoints if c.pos <= keep]
+        self.ends = [e for e in self.ends if e <= keep]
 
 
 Source = Literal["self", "copy", "cache", "disk"]

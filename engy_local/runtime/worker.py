@@ -28,6 +28,7 @@ class Worker:
         self.model = model
         self.queue_size = queue_size
         self.scheduler = Scheduler(model, disk)  # builds the context: fails here, not later
+        self.scheduler.heir = self._heir
         self._waiting: deque[Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -59,6 +60,16 @@ class Worker:
         for job in dropped:
             self._waiting.remove(job)
             job.emit(None)
+
+    def _heir(self, tokens: list[int]) -> Job | None:
+        """The first waiting job (not cancelled) with these prompt tokens."""
+        with self._cond:
+            for job in self._waiting:
+                if job.tokens == tokens and not job.cancelled.is_set():
+                    self._waiting.remove(job)
+                    job.joined = True
+                    return job
+        return None
 
     def _admissible(self, free: int) -> list[Job]:
         """Up to `free` waiting jobs, first come first; a job whose prompt is

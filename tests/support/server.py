@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +23,9 @@ def free_port() -> int:
 
 
 class EngyServer:
-    """A real `engy serve` process on 127.0.0.1."""
+    """A real `engy serve` process on 127.0.0.1. Unless `args` name a
+    --cache-disk, its disk tier is a directory of its own, removed when it
+    stops: one server's stored prompts are never another test's hits."""
 
     def __init__(self, model: str | None, *args: str, home: Path | None = None) -> None:
         self.port = free_port()
@@ -34,6 +37,11 @@ class EngyServer:
         cmd = [sys.executable, "-m", "engy_local", "serve", "--port", str(self.port)]
         if model is not None:
             cmd.insert(4, model)
+        self.cache_disk: Path | None = None
+        if "--cache-disk" not in args:
+            self.cache_disk = CACHE / "kvcache" / f"serve-{self.port}"
+            shutil.rmtree(self.cache_disk, ignore_errors=True)
+            cmd += ["--cache-disk", str(self.cache_disk)]
         self.log = CACHE / f"serve-{self.port}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = self.log.open("wb")
@@ -72,4 +80,8 @@ class EngyServer:
                 self.proc.wait()
         if not self._log_file.closed:
             self._log_file.close()
+        if self.cache_disk is not None:
+            shutil.rmtree(self.cache_disk, ignore_errors=True)
+        # No request anywhere in the suite may meet a full KV cache.
+        assert "llama_decode failed" not in self.output(), self.output()[-4000:]
         return self.proc.returncode
