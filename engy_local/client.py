@@ -174,6 +174,19 @@ class RemoteBackend:
             raise RemoteError(0, "", f"{self.url}/engy/ps: the answer has no model list")
         return [ModelStatus.from_json(m) for m in models if isinstance(m, dict) and "id" in m]
 
+    def files(self) -> dict[str, str]:
+        """Each served model's GGUF path, by id (GET /engy/models): how
+        `engy launch` tells a running engy already serves a file."""
+        body = self._get_json("/engy/models")
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise RemoteError(0, "", f"{self.url}/engy/models: the answer has no model list")
+        return {
+            str(m["id"]): str(m["path"])
+            for m in data
+            if isinstance(m, dict) and "id" in m and "path" in m
+        }
+
     # -- helpers --------------------------------------------------------
 
     def _get_json(self, path: str) -> Any:

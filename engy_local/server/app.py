@@ -308,6 +308,11 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         models = [m.to_json() for m in backend.status()]
         return JSONResponse({"object": "engy.ps", "models": models})
 
+    async def served_files(request: Request) -> Response:
+        # Which files the models are (for `engy launch`); the key is required.
+        data = [{"id": m.id, "path": m.path} for m in backend.models()]
+        return JSONResponse({"object": "list", "data": data})
+
     async def prometheus(request: Request) -> Response:
         loaded = [m.id for m in backend.status()]
         return PlainTextResponse(
@@ -331,6 +336,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         Route("/api/hello", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
         Route("/metrics", endpoint("anthropic", prometheus), methods=["GET"]),
         Route("/engy/ps", endpoint("anthropic", ps), methods=["GET"]),
+        Route("/engy/models", endpoint("anthropic", served_files), methods=["GET"]),
         Route(
             "/{path:path}",
             endpoint("anthropic", not_found, auth=False),

@@ -149,6 +149,53 @@ def test_launch_claude_uses_the_running_server_and_leaves_it(
     assert answer_server.proc.poll() is None
 
 
+@pytest.mark.parametrize("named", ["by a relative path to a link", "by its id"])
+def test_launch_claude_reuses_the_server_that_serves_the_file(
+    clients: Clients, answer_server: EngyServer, tiny_answer: Path, tmp_path: Path, named: str
+) -> None:
+    """`engy serve ./m.gguf`, then `engy launch claude ./m.gguf`: one
+    server, one loaded model, however MODEL names the file."""
+    launch = Launch(tmp_path)
+    wrap(launch.bin, clients.claude, launch.record, "env")
+    if named == "by its id":
+        model = model_id(answer_server)
+    else:
+        (launch.home / "m.gguf").symlink_to(tiny_answer)
+        model = "./m.gguf"
+    r = launch.run("claude", model, "--port", str(answer_server.port), "--", "-p", "Say hi")
+    assert r.returncode == 0, why(r)
+    assert ANSWER in r.stdout, why(r)
+    assert "engy already running" in r.stderr and "starting one" not in r.stderr, r.stderr
+    seen = records(launch.record)[-1]
+    assert isinstance(seen, dict) and seen["ANTHROPIC_MODEL"] == model_id(answer_server)
+
+
+def test_a_second_launch_reads_its_first_prompt_from_disk(
+    clients: Clients, tiny_answer: Path, tmp_path: Path
+) -> None:
+    """Each launch starts and stops its own engy; the second's first turn
+    (Claude Code's whole preamble) comes from the disk tier."""
+    launch = Launch(tmp_path)
+    wrap(launch.bin, clients.claude, launch.record, "env")
+    firsts = []
+    for _ in range(2):
+        port = free_port()
+        r = launch.run("claude", str(tiny_answer), "--port", str(port), "--", "-p", "Say hi")
+        assert r.returncode == 0, why(r)
+        log = (launch.engy_home / "logs" / f"serve-{port}.log").read_text()
+        turns = [
+            dict(f.split("=", 1) for f in line.split() if "=" in f)
+            for line in log.splitlines()
+            if " prompt=" in line
+        ]
+        assert turns, log
+        firsts.append(max(turns, key=lambda t: int(t["prompt"])))
+    cold, warm = firsts
+    assert int(cold["cached"]) == 0, cold
+    assert int(warm["cached"]) >= 0.95 * int(warm["prompt"]), warm
+    assert list((launch.engy_home / "kvcache").rglob("*.kv"))
+
+
 def test_launch_names_the_package_when_the_client_is_missing(tmp_path: Path) -> None:
     launch = Launch(tmp_path)
     env = launch.env()

@@ -19,7 +19,7 @@ import httpx
 from ...backend import ModelStatus
 from ...chat import ChatRequest, Message, Text
 from ...client import RemoteBackend
-from ...errors import LaunchError, RemoteError
+from ...errors import EngyError, LaunchError, RemoteError
 
 # Loading a big model from disk may take minutes; a tiny one, seconds.
 START_TIMEOUT = 900.0
@@ -84,6 +84,62 @@ def loaded(url: str, api_key: str | None, model: str) -> ModelStatus:
     if not found:
         raise LaunchError(f"{url} loaded {model} but does not list it in /engy/ps")
     return found[0]
+
+
+def _running(
+    url: str, api_key: str | None, name: str | None, model: str | None
+) -> tuple[Server | None, str]:
+    """The running engy, when it serves `name` (or the file MODEL names,
+    under another name); else None and why not. One that serves it but
+    cannot load it now (no room) is a LaunchError that says so."""
+    if name is None:
+        return None, "serves no model"
+    served = name
+    for attempt in ("name", "file"):
+        try:
+            return Server(url, loaded(url, api_key, served)), ""
+        except RemoteError as exc:
+            if exc.status == 401:
+                raise LaunchError(
+                    f"the engy on {url} needs its API key: pass --api-key or set ENGY_API_KEY"
+                ) from None
+            if exc.status != 404:
+                # It serves the model: a second server would load it twice.
+                raise LaunchError(
+                    f"the engy on {url} serves {served} but cannot load it now: {exc}"
+                ) from None
+        same = _serving_file(url, api_key, model) if attempt == "name" and model else None
+        if same is None:
+            break
+        served = same
+    return None, f"does not serve {name}"
+
+
+def _serving_file(url: str, api_key: str | None, model: str) -> str | None:
+    """The id under which the engy at `url` serves the GGUF that `model`
+    names here (a path, an installed id or alias, a catalog id, an `hf:`
+    ref), or None when it does not serve that file."""
+    from ...server.backends import resolve_model
+    from ...server.options import ServeOptions
+
+    try:
+        local = resolve_model(model, ServeOptions()).options.path.resolve()
+    except (EngyError, OSError):
+        return None
+    backend = RemoteBackend(url, "messages", api_key)
+    try:
+        files = backend.files()
+    except RemoteError:
+        return None
+    finally:
+        backend.close()
+    for served, path in files.items():
+        try:
+            if Path(path).resolve() == local or os.path.samefile(path, local):
+                return served
+        except OSError:
+            continue
+    return None
 
 
 def free_port(host: str) -> int:
@@ -168,17 +224,10 @@ def connect(
     models = hello(url)
     if models is not None:
         name = model or (models[0] if models else None)
-        if name is not None:
-            try:
-                return Server(url, loaded(url, api_key, name))
-            except RemoteError as exc:
-                if exc.status == 401:
-                    raise LaunchError(
-                        f"the engy on {url} needs its API key: pass --api-key or set ENGY_API_KEY"
-                    ) from None
-                if exc.status != 404:
-                    raise LaunchError(f"the engy on {url} failed: {exc}") from None
-        say(f"the engy on {url} does not serve {name}; starting one for it")
+        running, why = _running(url, api_key, name, model)
+        if running is not None:
+            return running
+        say(f"the engy on {url} {why}; starting one for it")
     if models is not None or port_taken(host, port):
         port = free_port(host)
         url = f"http://{host}:{port}"
