@@ -4,6 +4,7 @@ that tests can call directly; options are declared once, in options.py."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -93,6 +94,40 @@ def chat(
         mmproj=mmproj.expanduser() if mmproj else None,
     )
     raise typer.Exit(run_chat(options, Console()))
+
+
+cache_app = typer.Typer(
+    help="The prompt cache on disk: list what it holds (the default), or clear it.",
+    no_args_is_help=False,
+)
+app.add_typer(cache_app, name="cache")
+CacheDir = Annotated[
+    Optional[Path],
+    typer.Option("--cache-disk", help="Its directory (default: $ENGY_HOME/kvcache)"),
+]
+
+
+@cache_app.callback(invoke_without_command=True)
+def cache(ctx: typer.Context, cache_disk: CacheDir = None) -> None:
+    """List the stored prompt states: model, tokens, size, last use, hits."""
+    if ctx.invoked_subcommand is None:
+        from .cache import list_cache
+
+        list_cache(cache_disk, Console())
+
+
+@cache_app.command(name="clear")
+def cache_clear(
+    model: Annotated[
+        Optional[str], typer.Argument(help="Only this model's (a GGUF, an id, a file name)")
+    ] = None,
+    cache_disk: CacheDir = None,
+) -> None:
+    """Remove the stored prompt states: all, or one model's."""
+    from .cache import clear_cache
+
+    for line in clear_cache(cache_disk, model):
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 @app.command(name="models")

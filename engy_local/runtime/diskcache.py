@@ -45,7 +45,16 @@ import numpy as np
 
 from . import kvstate
 from .identity import Identity
-from .kvfiles import HEADER, MAGIC, DiskBudget, private_dir, read_file, read_header
+from .kvfiles import (
+    HEADER,
+    MAGIC,
+    DiskBudget,
+    private_dir,
+    read_file,
+    read_header,
+    read_hits,
+    write_hits,
+)
 
 log = logging.getLogger("engy.cache")
 
@@ -143,6 +152,7 @@ class DiskTier:
             found[path.stem] = header
         for path in self.dir.glob(".*.tmp"):
             path.unlink(missing_ok=True)  # a write cut short
+        hits = read_hits(self.dir)
         # Parents first: a segment is kept only when its whole path is.
         for key in sorted(found, key=lambda k: found[k]["end"]):
             h = found[key]
@@ -155,7 +165,7 @@ class DiskTier:
             self._add(
                 Segment(
                     key, parent, h["start"], h["end"], tokens, h["window"], h["whole"],
-                    stat.st_size, stat.st_mtime, h.get("hits", 0),
+                    stat.st_size, stat.st_mtime, hits.get(key, 0),
                 )
             )  # fmt: skip
 
@@ -328,6 +338,8 @@ class DiskTier:
         with self._lock:
             if self in self.shared.tiers:
                 self.shared.tiers.remove(self)
+            if self.on:
+                write_hits(self.dir, {k: s.hits for k, s in self.segments.items() if s.hits})
 
     def _write_loop(self) -> None:
         while True:

@@ -88,6 +88,30 @@ class DiskBudget:
             tier.drop(key)
 
 
+HITS = "hits.json"  # per model directory: restores of each segment, kept across restarts
+
+
+def read_hits(directory: Path) -> dict[str, int]:
+    try:
+        data = json.loads((directory / HITS).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, int)}
+
+
+def write_hits(directory: Path, hits: dict[str, int]) -> None:
+    tmp = directory / f".{HITS}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(hits, f)
+        os.replace(tmp, directory / HITS)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
     """A file's header and payload (ValueError: not one of ours)."""
     data = path.read_bytes()
@@ -131,14 +155,18 @@ def entries(root: Path) -> Iterator[Entry]:
             if header is not None:
                 headers[path.stem] = (header, path)
         parents = {h["parent"] for h, _ in headers.values()}
+        hits = read_hits(directory)
         for key, (header, path) in headers.items():
             if key in parents:
                 continue
-            size, k = 0, key
+            # Its path: the bytes and restores of the segments it is made of
+            # (a shared preamble counts in each conversation built on it).
+            size, restores, k = 0, 0, key
             while k in headers:
                 size += headers[k][1].stat().st_size
+                restores += hits.get(k, 0)
                 k = str(headers[k][0]["parent"])
             identity = header["identity"]
             assert isinstance(identity, dict)
-            yield Entry(identity, int(str(header["end"])), size, path.stat().st_mtime,
-                        int(str(header.get("hits", 0))), path)  # fmt: skip
+            end = int(str(header["end"]))
+            yield Entry(identity, end, size, path.stat().st_mtime, restores, path)
