@@ -17,6 +17,11 @@ repeated):
     forced       a forced tool call's decode tokens/s against free text
     upstream     engy in front of that llama-server (`--upstream`) against
                  llama-server straight: the overhead engy adds
+    restart      a first turn with a 12k-token preamble, the server stopped and
+                 started again, then a new conversation with that preamble and
+                 the same first turn again (a second `engy launch`), each
+                 server on a cache of its own; and the disk written per turn of
+                 a growing conversation
 
 Not a test and not run in CI; it takes minutes (--quick: smaller sizes).
 """
@@ -24,6 +29,7 @@ Not a test and not run in CI; it takes minutes (--quick: smaller sizes).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -43,7 +49,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 ENGY = REPO / ".venv" / "bin" / "engy"
-WORKLOADS = ("session", "concurrent", "prefill", "forced", "upstream")
+WORKLOADS = ("session", "concurrent", "prefill", "forced", "upstream", "restart")
 TIMEOUT = httpx.Timeout(1800.0, connect=10.0)
 
 
@@ -370,6 +376,56 @@ def upstream_overhead(llama: Ask, via: Ask, quick: bool) -> tuple[dict[str, floa
     return figures(fronted), figures(direct)
 
 
+def restart(start: Callable[[], tuple[Server, Ask]], quick: bool) -> dict[str, float]:
+    """A cold first turn; then, each on a server started again: a new
+    conversation with the same preamble, and the same first turn again."""
+    preamble = system_prompt(4000 if quick else 12000, random.randrange(1 << 30))
+    first = [{"role": "user", "content": "Read the rules and say which comes first."}]
+    other = [{"role": "user", "content": "Which rule mentions the parser?"}]
+
+    def once(messages: list[dict[str, Any]]) -> Run:
+        server, ask = start()
+        try:
+            return ask(preamble, messages, 16, {})[0]
+        finally:
+            server.stop()
+
+    cold, new, again = once(first), once(other), once(first)
+    return {
+        "cold first turn TTFT s": cold.ttft,
+        "after restart, new conversation TTFT s": new.ttft,
+        "new/cold TTFT": new.ttft / cold.ttft,
+        "new conversation cached %": 100.0 * new.cached / max(1, new.prompt),
+        "same first turn again TTFT s": again.ttft,
+        "same first turn again cached %": 100.0 * again.cached / max(1, again.prompt),
+    }
+
+
+def disk_per_turn(
+    start: Callable[[], tuple[Server, Ask]], cache: Path, turns: int
+) -> dict[str, float]:
+    """MB the disk tier holds after each turn of a growing conversation,
+    the server stopped (and its states written) after each."""
+    history: list[dict[str, Any]] = []
+    sizes = []
+    system = system_prompt(2000, 5)
+    for i in range(turns):
+        history.append({"role": "user", "content": filler(300, 100 + i)})
+        server, ask = start()
+        try:
+            _, answer = ask(system, history, 32, {})
+        finally:
+            server.stop()
+        history.append({"role": "assistant", "content": answer or "ok"})
+        sizes.append(sum(f.stat().st_size for f in cache.rglob("*.kv")) / 1e6)
+    grown = [b - a for a, b in itertools.pairwise(sizes)]
+    return {
+        "disk after turn 1 MB": sizes[0],
+        "disk written per later turn MB": statistics.mean(grown) if grown else 0.0,
+        f"disk after turn {turns} MB": sizes[-1],
+    }
+
+
 # ---- main ------------------------------------------------------------------------
 
 
@@ -415,7 +471,9 @@ def main() -> None:
         print(table(rows[-len(a) :]), "\n", flush=True)
 
     try:
-        engy = start_engy(model, args.threads, logs, "--ctx-size", str(ctx))
+        # A disk tier of this run's own: no prompt is found from an earlier run.
+        main_cache = ("--cache-disk", str(logs / "kvcache-main"))
+        engy = start_engy(model, args.threads, logs, "--ctx-size", str(ctx), *main_cache)
         servers.append(engy)
         llama = start_llama(binary, model, args.threads, ctx, logs) if binary else None
         if llama:
@@ -452,6 +510,35 @@ def main() -> None:
             add("upstream (engy in front)", fronted, direct)
         elif "upstream" in only:
             print("== upstream: needs LLAMA_SERVER")
+        if "restart" in only:
+            print("== restart", flush=True)
+            cache = logs / "kvcache"
+
+            def engy_once() -> tuple[Server, Ask]:
+                server = start_engy(
+                    model, args.threads, logs, "--ctx-size", str(ctx), "--cache-disk", str(cache)
+                )
+                return server, ask_engy(server.url)
+
+            def llama_once() -> tuple[Server, Ask]:
+                assert binary is not None
+                server = start_llama(binary, model, args.threads, ctx, logs)
+                return server, ask_llama(server.url)
+
+            add(
+                "restart",
+                restart(engy_once, args.quick),
+                restart(llama_once, args.quick) if binary else None,
+            )
+            per_turn = logs / "kvcache-turns"
+
+            def engy_turn() -> tuple[Server, Ask]:
+                extra = ("--ctx-size", str(ctx), "--cache-disk", str(per_turn))
+                server = start_engy(model, args.threads, logs, *extra)
+                return server, ask_engy(server.url)
+
+            turns = 3 if args.quick else 6
+            add("restart (disk per turn)", disk_per_turn(engy_turn, per_turn, turns), None)
     finally:
         for server in reversed(servers):
             server.stop()

@@ -380,7 +380,10 @@ class DiskTier:
             ]
         else:
             cuts = [(p, None) for p in sorted(set(ends)) if start < p < len(tokens)]
-        for end, win in [*cuts, (len(tokens), None)]:
+        # What follows a windowed model's last prompt is its answer, which the
+        # next turn renders anew: a window there would serve nobody.
+        tail = [] if self.windowed and cuts else [(len(tokens), None)]
+        for end, win in [*cuts, *tail]:
             piece = kvstate.write([base.take(start, end)])
             if self.windowed:
                 win_blob = kvstate.write([window]) if win is None else _window_of(win)
