@@ -1,0 +1,10 @@
+"""The tool-call families' test data, one module a family (its `CASE`),
+read by the shared suites in tests/families/test_families*.py; spec.py
+describes the rows, the other modules hold what the data shares."""
+
+from __future__ import annotations
+
+from support.families import deepseek, kimi
+from support.families.spec import Case
+
+CASES: list[Case] = [deepseek.CASE, kimi.CASE]
