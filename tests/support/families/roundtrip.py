@@ -30,6 +30,27 @@ from support.server import EngyServer
 TIMEOUT = 600
 ASK = "Read /etc/hostname for me."
 RESULT = "build-host-7"
+# A required string, an enum, an integer, a number, a nested object with its
+# own required field, an array of strings; no extra keys allowed.
+READ: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "Absolute path of the file"},
+        "mode": {"type": "string", "enum": ["text", "binary"]},
+        "limit": {"type": "integer"},
+        "scale": {"type": "number"},
+        "options": {
+            "type": "object",
+            "properties": {"follow": {"type": "boolean"}, "encoding": {"type": "string"}},
+            "required": ["follow"],
+            "additionalProperties": False,
+        },
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["path", "mode", "limit", "scale", "options", "tags"],
+    "additionalProperties": False,
+}
+# The other tool offered beside read_file.
 SEARCH: dict[str, Any] = {
     "type": "object",
     "properties": {"pattern": {"type": "string"}, "paths": {"type": "array"}},

@@ -49,17 +49,6 @@ FREE = ToolSpec("Free", "Takes anything.", {"type": "object"})
 TOOLS = (WRITE, BASH, GET_GOAL, FREE)
 # What the parser gets: each offered tool's parameters schema, by name.
 SCHEMAS = {t.name: t.parameters for t in TOOLS}
-LS = '{"command": "ls"}'
-# A realistic turn's values: code with quotes, tags and non-ASCII, and a
-# command with a number and a nested object.
-OPTIONS = {"env": {"CI": "1", "PATH": "/bin"}, "retries": [1, 2.5], "verbose": True}
-COMMAND = 'pytest -q tests/ && echo "ok"'
-
-
-def realistic_calls(code: str) -> list[tuple[str, str]]:
-    write = {"file_path": "/src/app/util.py", "content": code}
-    bash = {"command": COMMAND, "timeout": 120000, "options": OPTIONS}
-    return [("Write", json.dumps(write, ensure_ascii=False)), ("Bash", json.dumps(bash))]
 
 
 def prompt(name: str, family: str, messages: Sequence[Message], **request: Any) -> str:
