@@ -70,8 +70,8 @@ def test_other_templates_are_not_taken(case: Case, template: str | None) -> None
 def test_catalog_families_exist(case: Case) -> None:
     from engy_local.models.catalog import load_catalog
 
-    named = {e.family for e in load_catalog().entries.values() if e.family}
-    ours = {f for f in named if case.catalog_prefix and f.startswith(case.catalog_prefix)}
+    listed = {e.family for e in load_catalog().entries.values() if e.family}
+    ours = {f for f in listed if case.catalog_prefix and f.startswith(case.catalog_prefix)}
     assert ours and all(get(f).name == f for f in ours)
 
 
