@@ -1,7 +1,7 @@
-"""DeepSeek R1, V3.1, V3.2 and V4: detection from the real templates, an
-agent conversation rendered through each, realistic outputs parsed the same
-whatever their split, every bad-output rule, forced-call grammars, and a
-forced call end to end on a tiny GGUF with the V3.1 template."""
+"""DeepSeek R1, V3.1, V3.2 and V4: the real templates they are detected
+from, an agent conversation rendered through each, realistic outputs, every
+bad-output rule, forced-call grammars, and a forced call end to end on a
+tiny GGUF with the V3.1 template."""
 
 # DeepSeek's markers are written in full-width characters on purpose.
 # ruff: noqa: RUF001
@@ -9,32 +9,34 @@ forced call end to end on a tiny GGUF with the V3.1 template."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from support.framed_families import (
+from engy_local.chat import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from engy_local.prompt.families import make_parser
+from support.families.damage import spliced
+from support.families.framed import (
     CONVERSATION,
     LOOP,
     READ_ARGS,
-    TOOLS,
     WRITE_ARGS,
-    ByteVocab,
-    ForcedRoundTrip,
-    assert_random_calls_valid,
-    byte_vocab,
-    captured_tools,
-    damaged_outputs,
-    parse_one_call,
+    WRITE_OUT,
     prompt,
-    template_source,
+    read_file_schema,
 )
-from support.parsing import Result, assert_parses, calls, parse
-
-from engy_local.chat import ToolSpec
-from engy_local.prompt.families import detect_family, get
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from support.families.grammars import byte_walk
+from support.families.prompts import shown
+from support.families.spec import (
+    Accepts,
+    Case,
+    Compiles,
+    Damage,
+    Output,
+    RandomCalls,
+    Rendered,
+    RoundTrip,
+    Stream,
+)
+from support.parsing import Result, calls
 
 CALLS = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -52,40 +54,10 @@ R1_TEMPLATES = [
 V31 = "deepseek-ai-DeepSeek-V3.1.jinja"
 V32 = "deepseek-ai-DeepSeek-V3.2.jinja"
 V4 = "deepseek-ai-DeepSeek-V4.jinja"
-
-
-# ---- detection -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("template", "family"),
-    [
-        *[(t, "deepseek-r1") for t in R1_TEMPLATES],
-        (V31, "deepseek-v3.1"),
-        (V32, "deepseek-v3.2"),
-        (V4, "deepseek-v4"),
-    ],
-)
-def test_detected_from_the_template(template: str, family: str) -> None:
-    assert detect_family(template_source(template)) == family
-
-
-def test_no_other_template_is_taken_for_deepseek() -> None:
-    from support.framed_families import TEMPLATES
-
-    ours = {*R1_TEMPLATES, V31, V32, V4}
-    for path in sorted(TEMPLATES.glob("*.jinja")):
-        if path.name not in ours:
-            assert not detect_family(path.read_text()).startswith("deepseek"), path.name
-
-
-def test_catalog_families_exist() -> None:
-    from engy_local.models.catalog import load_catalog
-
-    named = {e.family for e in load_catalog().entries.values() if e.family}
-    ours = {f for f in named if f.startswith("deepseek")}
-    assert ours and all(get(f).name == f for f in ours)
-
+LABELS = dict(zip([*R1_TEMPLATES, V31, V32, V4], ["R1-Llama", "R1-Qwen", "R1-llama.cpp",
+              "V3.1", "V3.2", "V4"], strict=True))  # fmt: skip
+FAMILIES = ["deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4"]
+TOOL_NAMES = ("Bash", "Read", "Write", "get_goal")
 
 # ---- rendering -----------------------------------------------------------------------
 
@@ -115,22 +87,16 @@ def dsml_calls(block: str) -> str:
     )
 
 
+R1_RESULTS = (
+    "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>RESULT-ONE<｜tool▁output▁end｜>\n"
+    "<｜tool▁output▁begin｜>RESULT-TWO<｜tool▁output▁end｜><｜tool▁outputs▁end｜>TEXT-TWO"
+)
 # template, the calls as rendered, the results as rendered
 RENDERED = [
+    (R1_TEMPLATES[0], f"<｜Assistant｜>TEXT-ONE{EOS}<｜Assistant｜>{R1_CALLS}", R1_RESULTS),
+    (R1_TEMPLATES[1], f"<｜Assistant｜>{R1_CALLS}<｜Assistant｜>TEXT-ONE{EOS}", R1_RESULTS),
     (
-        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
-        f"<｜Assistant｜>TEXT-ONE{EOS}<｜Assistant｜>{R1_CALLS}",
-        "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>RESULT-ONE<｜tool▁output▁end｜>\n"
-        "<｜tool▁output▁begin｜>RESULT-TWO<｜tool▁output▁end｜><｜tool▁outputs▁end｜>TEXT-TWO",
-    ),
-    (
-        "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
-        f"<｜Assistant｜>{R1_CALLS}<｜Assistant｜>TEXT-ONE{EOS}",
-        "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>RESULT-ONE<｜tool▁output▁end｜>\n"
-        "<｜tool▁output▁begin｜>RESULT-TWO<｜tool▁output▁end｜><｜tool▁outputs▁end｜>TEXT-TWO",
-    ),
-    (
-        "llama-cpp-deepseek-r1.jinja",
+        R1_TEMPLATES[2],
         f"<｜Assistant｜>TEXT-ONE{EOS}<｜Assistant｜>{R1_CALLS}",
         "<｜tool▁outputs▁begin｜>\n<｜tool▁output▁begin｜>RESULT-ONE<｜tool▁output▁end｜>\n"
         f"<｜tool▁output▁begin｜>RESULT-TWO<｜tool▁output▁end｜><｜tool▁outputs▁end｜>{EOS}",
@@ -156,33 +122,41 @@ RENDERED = [
 ]
 
 
-@pytest.mark.parametrize(("template", "rendered_calls", "results"), RENDERED)
-def test_agent_conversation_renders_calls_and_results(
-    template: str, rendered_calls: str, results: str
-) -> None:
-    text = prompt(template, CONVERSATION, TOOLS, thinking=False)
-    assert rendered_calls in text
-    assert results in text
-    assert text.index("USER-ONE") < text.index(rendered_calls) < text.index(results)
-    assert "USER-TWO" in text and "SYSTEM-TEXT" in text
+def head(text: str) -> str:
+    """The prompt before the first user message."""
+    return text[: text.index("USER-ONE")]
 
 
-@pytest.mark.parametrize("template", [*R1_TEMPLATES, V31])
-def test_tools_are_described_in_the_system_prompt(template: str) -> None:
-    """These templates show no tool list (llama.cpp's R1 one does, and then
-    gets no tools): the family describes them, with its own call syntax."""
-    text = prompt(template, CONVERSATION, TOOLS, thinking=None)
-    head = text[: text.index("USER-ONE")]
-    assert head.index("SYSTEM-TEXT") < head.index("## Tools")
-    assert "### Read\nDescription: Read a file.\n\nParameters: {" in head
-    syntax = "function" + SEP if template in R1_TEMPLATES else "tool_call_name" + SEP
-    assert f"{CALLS}{CALL}{syntax}" in head
-    assert head.count("## Tools") == 1 and "example_function_name" not in head
-
+RENDERS = [
+    Rendered(
+        f"calls and results, {LABELS[t]}",
+        lambda t=t: prompt(t, CONVERSATION, thinking=False),
+        contains=(rendered_calls, results, "USER-TWO", "SYSTEM-TEXT"),
+        orders=(("USER-ONE", rendered_calls, results),),
+    )
+    for t, rendered_calls, results in RENDERED
+] + [
+    # These templates show no tool list (llama.cpp's R1 one does, and then
+    # gets no tools): the family describes them, with its own call syntax.
+    Rendered(
+        f"tools described in the system prompt, {LABELS[t]}",
+        lambda t=t: head(prompt(t, CONVERSATION, thinking=None)),
+        orders=(("SYSTEM-TEXT", "## Tools"),),
+        contains=(
+            "### Read\nDescription: Read a file.\n\nParameters: {",
+            f"{CALLS}{CALL}{'function' if t in R1_TEMPLATES else 'tool_call_name'}{SEP}",
+        ),
+        counts=(("## Tools", 1),),
+        absent=("example_function_name",),
+    )
+    for t in [*R1_TEMPLATES, V31]
+]
 
 # template, thinking switch, how the prompt ends, whether THINK-ONE / THINK-TWO
-# (reasoning before the last user message) and the loop's reasoning are kept
-THINKING = [
+# (reasoning before the last user message) and the loop's reasoning are kept.
+# In a tool-use loop (nothing from the user since the calls), V3.2 keeps the
+# reasoning of the turn that made them while thinking.
+SWITCH = [
     (V31, True, "<｜Assistant｜><think>", False, False),
     (V31, False, "<｜Assistant｜><think></think>", False, False),
     (V31, None, "<｜Assistant｜><think></think>", False, False),
@@ -197,22 +171,26 @@ THINKING = [
 ]
 
 
-@pytest.mark.parametrize(("template", "thinking", "end", "earlier", "loop"), THINKING)
-def test_thinking_switch_and_earlier_reasoning(
-    template: str, thinking: bool | None, end: str, earlier: bool, loop: bool
-) -> None:
-    text = prompt(template, CONVERSATION, TOOLS, thinking=thinking)
-    assert text.endswith(end)
-    assert ("THINK-ONE" in text) == earlier and ("THINK-TWO" in text) == earlier
-    # In a tool-use loop (nothing from the user since the calls), V3.2 keeps
-    # the reasoning of the turn that made them while thinking.
-    in_loop = prompt(template, LOOP, TOOLS, thinking=thinking)
-    assert ("THINK-ONE" in in_loop) == loop
+THINKING = [
+    row
+    for t, thinking, end, earlier, loop in SWITCH
+    for row in (
+        Rendered(
+            f"{LABELS[t]}, thinking {thinking}",
+            lambda t=t, thinking=thinking: prompt(t, CONVERSATION, thinking=thinking),
+            ends=end,
+            **shown(earlier, "THINK-ONE", "THINK-TWO"),
+        ),
+        Rendered(
+            f"{LABELS[t]}, thinking {thinking}, in a loop",
+            lambda t=t, thinking=thinking: prompt(t, LOOP, thinking=thinking),
+            **shown(loop, "THINK-ONE"),
+        ),
+    )
+]
 
+# ---- parsing: realistic outputs ------------------------------------------------------------
 
-# ---- parsing: realistic outputs, split anywhere ------------------------------------------
-
-WRITE_OUT = '{"path": "/tmp/a.py", "content": "x = {\\"a\\": [1, 2]}\\n", "options": {"mode": 420}}'
 PARSED = Result(
     text="Let me look at both.",
     thinking="The user wants the hosts file.\nThen write a.py.",
@@ -235,54 +213,44 @@ def dsml_output(block: str) -> str:
     )
 
 
-OUTPUTS = [
-    (
-        "deepseek-v3.1",
+OUTPUTS = {
+    "deepseek-v3.1": (
         f"{REASONING}Let me look at both.{CALLS}{CALL}Read{SEP}"
         f'{{"path": "/etc/hosts", "limit": 20}}{CALL_END}{CALL}Write{SEP}{WRITE_OUT}{CALL_END}'
-        f"{CALLS_END}",
+        f"{CALLS_END}"
     ),
-    (
-        "deepseek-r1",
+    "deepseek-r1": (
         f"{REASONING}Let me look at both.\n{CALLS}{CALL}function{SEP}Read\n```json\n"
         f'{{"path": "/etc/hosts", "limit": 20}}\n```{CALL_END}\n{CALL}function{SEP}Write\n'
-        f"```json\n{WRITE_OUT}\n```{CALL_END}{CALLS_END}",
+        f"```json\n{WRITE_OUT}\n```{CALL_END}{CALLS_END}"
     ),
-    ("deepseek-v3.2", dsml_output("function_calls")),
-    ("deepseek-v4", dsml_output("tool_calls")),
-]
+    "deepseek-v3.2": dsml_output("function_calls"),
+    "deepseek-v4": dsml_output("tool_calls"),
+}
+# The outputs without their reasoning.
+ANSWERS = {family: output.split("</think>\n\n")[1] for family, output in OUTPUTS.items()}
 
 
-@pytest.mark.parametrize(("family", "output"), OUTPUTS, ids=[o[0] for o in OUTPUTS])
-def test_realistic_output_parses_the_same_at_every_split(family: str, output: str) -> None:
-    assert_parses(output, PARSED, family=family, thinking=True)
-
-
-def test_text_is_held_only_while_it_may_be_a_marker() -> None:
-    from engy_local.chat import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
-    from engy_local.prompt.families import make_parser
-
-    parser = make_parser("deepseek-v3.1", tools=["Read"], thinking=False, new_id=lambda: "id")
-    assert parser.feed("Hi <｜tool") == [TextDelta("Hi")]
-    assert parser.feed("▁calls▁") == []
-    assert parser.feed("end｜>!") == [TextDelta(" <｜tool▁calls▁end｜>!")]
-    assert parser.feed(f"{CALLS}{CALL}Re") == []
-    assert parser.feed(f"ad{SEP}") == [ToolCallStart(0, "id", "Read")]
-    assert parser.feed('{"path": "/et') == [ToolCallDelta(0, '{"path": "/et')]
-    assert parser.feed('c"') == [ToolCallDelta(0, 'c"')]
-    assert parser.feed(", ") == []
-    assert parser.feed(f"}}{CALL_END}<") == [
-        ToolCallDelta(0, "}"),
-        ToolCallEnd(0, '{"path": "/etc"}'),
-    ]
-    assert parser.finish() == []
+TEXT_HELD = Stream(
+    "text is held only while it may be a marker",
+    lambda: make_parser("deepseek-v3.1", tools=["Read"], thinking=False, new_id=lambda: "id"),
+    [
+        ("Hi <｜tool", [TextDelta("Hi")]),
+        ("▁calls▁", []),
+        ("end｜>!", [TextDelta(" <｜tool▁calls▁end｜>!")]),
+        (f"{CALLS}{CALL}Re", []),
+        (f"ad{SEP}", [ToolCallStart(0, "id", "Read")]),
+        ('{"path": "/et', [ToolCallDelta(0, '{"path": "/et')]),
+        ('c"', [ToolCallDelta(0, 'c"')]),
+        (", ", []),
+        (f"}}{CALL_END}<", [ToolCallDelta(0, "}"), ToolCallEnd(0, '{"path": "/etc"}')]),
+    ],
+)
 
 
 # ---- parsing: bad output ---------------------------------------------------------------
 
-TOOL_NAMES = ("Bash", "Read", "Write", "get_goal")
-
-# family, output, expected; the rules are in families/framed.py and the modules
+# name, family, output, expected; the rules are in families/framed.py and the modules
 BAD = [
     (
         "a tool that was not offered is text, its section with it",
@@ -424,54 +392,11 @@ BAD = [
     ),
 ]
 
-
-@pytest.mark.parametrize(
-    ("family", "output", "expected"), [b[1:] for b in BAD], ids=[b[0] for b in BAD]
-)
-def test_bad_output(family: str, output: str, expected: Result) -> None:
-    assert_parses(output, expected, family=family, tools=TOOL_NAMES)
-
-
-@pytest.mark.parametrize("family", ["deepseek-r1", "deepseek-v3.1", "deepseek-v3.2"])
-def test_no_tools_offered_means_calls_are_text(family: str) -> None:
-    output = dict(OUTPUTS)[family].split("</think>\n\n")[1]
-    assert_parses(output, Result(text=output), family=family, tools=())
-
-
-JUNK = [
-    CALLS,
-    CALLS_END,
-    CALL,
-    CALL_END,
-    SEP,
-    f"<{D}",
-    f"</{D}parameter>",
-    "<｜tool",
-    "{",
-    "}",
-    '"',
-]
-JUNK += ["\n", " ", "```json", "x", "\\", f"<{D}invoke", "</think>", '"true">']
-
-
-@pytest.mark.parametrize("family", [f for f, _ in OUTPUTS])
-def test_damaged_outputs_never_break_and_split_the_same(family: str) -> None:
-    good = [o.split("</think>\n\n")[1] for f, o in OUTPUTS if f == family] + ["Plain text. "]
-    started = 0
-    for output in damaged_outputs(good, JUNK, 150, seed=len(family)):
-        whole = parse([output], family=family, tools=TOOL_NAMES)
-        assert parse(list(output), family=family, tools=TOOL_NAMES) == whole, output
-        cut = len(output) // 3
-        assert parse([output[:cut], output[cut:]], family=family, tools=TOOL_NAMES) == whole
-        started += bool(whole.calls)
-        if not whole.calls:  # nothing is lost
-            assert whole.text == output, output
-    assert started > 40
-
+JUNK = [CALLS, CALLS_END, CALL, CALL_END, SEP, f"<{D}", f"</{D}parameter>", "<｜tool", "{", "}",
+        '"', "\n", " ", "```json", "x", "\\", f"<{D}invoke", "</think>", '"true">']  # fmt: skip
 
 # ---- forced calls --------------------------------------------------------------------------
 
-FAMILIES = ["deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4"]
 SCHEMA_TOOLS = [
     ToolSpec(
         "read_file",
@@ -495,90 +420,92 @@ SCHEMA_TOOLS = [
     ),
     ToolSpec("anything", "", {"type": "object"}),
 ]
-
-
-@pytest.fixture(scope="module")
-def vocab() -> Iterator[ByteVocab]:
-    yield from byte_vocab([CALLS, CALLS_END, CALL, CALL_END, SEP, f"<{D}", f"</{D}", "```json"])
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("request_file", ["claude-code-2.1.332-first-turn.json"])
-def test_forced_grammar_compiles_for_real_tools(family: str, request_file: str) -> None:
-    tools = captured_tools(request_file)
-    for tool in tools:
-        assert check_grammar(forced_call_grammar([tool], family)), tool.name
-    assert check_grammar(forced_call_grammar(tools, family, reasoning=True))
-
-
-# family, a call as the template writes it (to read_file with the schema above)
-WRITTEN = {
-    "deepseek-r1": (
+# family, a call as the template writes it (to read_file with the schema
+# above), what it parses into
+WRITTEN = [
+    (
+        "deepseek-r1",
         f"{CALLS}{CALL}function{SEP}read_file\n```json\n"
         '{"path": "/a", "mode": "text", "options": {"follow": true}}\n```'
-        f"{CALL_END}{CALLS_END}"
+        f"{CALL_END}{CALLS_END}",
+        {"path": "/a", "mode": "text", "options": {"follow": True}},
     ),
-    "deepseek-v3.1": (
+    (
+        "deepseek-v3.1",
         f"{CALLS}{CALL}read_file{SEP}"
-        f'{{"path": "/a", "mode": "text", "options": {{"follow": true}}}}{CALL_END}{CALLS_END}'
+        f'{{"path": "/a", "mode": "text", "options": {{"follow": true}}}}{CALL_END}{CALLS_END}',
+        {"path": "/a", "mode": "text", "options": {"follow": True}},
     ),
-    "deepseek-v3.2": (
+    (
+        "deepseek-v3.2",
         f'\n\n<{D}function_calls>\n<{D}invoke name="read_file">\n'
         f'<{D}parameter name="path" string="true">/a</{D}parameter>\n'
         f'<{D}parameter name="mode" string="true">say "hi"</{D}parameter>\n'
         f'<{D}parameter name="options" string="false">{{"follow": true}}</{D}parameter>\n'
-        f"</{D}invoke>\n</{D}function_calls>"
+        f"</{D}invoke>\n</{D}function_calls>",
+        {"path": "/a", "mode": 'say "hi"', "options": {"follow": True}},
     ),
-}
+]
 
 
-@pytest.mark.parametrize("family", list(WRITTEN))
-def test_forced_grammar_accepts_the_call_as_the_template_writes_it(
-    vocab: ByteVocab, family: str
-) -> None:
-    gbnf = forced_call_grammar(SCHEMA_TOOLS, family)
-    good = WRITTEN[family]
-    assert vocab.accepts(gbnf, good)
-    name, arguments = parse_one_call(family, good, SCHEMA_TOOLS)
-    assert name == "read_file" and arguments["options"] == {"follow": True}
-    for bad in (
+def accepts(family: str, good: str, arguments: dict[str, Any]) -> list[Accepts]:
+    """The call as written is accepted, and read back; a tool not offered,
+    a value outside the enum, a wrong type, a string too long or text after
+    the call are not; reasoning may come first where the grammar allows it."""
+    bad = [
         good.replace("read_file", "write_file"),
         good.replace("text", "binary").replace('say "hi"', "binary"),
         good.replace("true", '"yes"'),
         good.replace("/a", "/" + "a" * 40) if family == "deepseek-v3.2" else good + "x",
-    ):
-        assert not vocab.accepts(gbnf, bad), bad
-    assert vocab.accepts(
-        forced_call_grammar(SCHEMA_TOOLS, family, reasoning=True), "Hm.</think>" + good
-    )
+    ]
+    return [
+        Accepts(family, SCHEMA_TOOLS, good, True, parsed=("read_file", arguments)),
+        *[Accepts(family, SCHEMA_TOOLS, text, False) for text in bad],
+        Accepts(family, SCHEMA_TOOLS, "Hm.</think>" + good, True, reasoning=True),
+    ]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_whatever_the_grammar_allows_is_one_valid_call(vocab: ByteVocab, family: str) -> None:
-    assert_random_calls_valid(vocab, family, SCHEMA_TOOLS, range(6))
-
+NAMES = [t.name for t in SCHEMA_TOOLS]
+MARKERS = (CALLS, CALLS_END, CALL, CALL_END, SEP, f"<{D}", f"</{D}", "```json")
 
 # ---- end to end on a tiny GGUF -------------------------------------------------------------
 
-REALISTIC_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string", "description": "Absolute path of the file"},
-        "mode": {"type": "string", "enum": ["text", "binary", "lines"]},
-        "limit": {"type": "integer"},
-        "options": {
-            "type": "object",
-            "properties": {"follow_symlinks": {"type": "boolean"}, "encoding": {"type": "string"}},
-            "required": ["follow_symlinks"],
-            "additionalProperties": False,
-        },
-        "tags": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["path", "mode", "limit", "options", "tags"],
-    "additionalProperties": False,
-}
+DETECTED = {t: "deepseek-r1" for t in R1_TEMPLATES}
+DETECTED |= {V31: "deepseek-v3.1", V32: "deepseek-v3.2", V4: "deepseek-v4"}
 
-
-class TestTinyDeepSeekV31(ForcedRoundTrip):
-    template = V31
-    schema = REALISTIC_SCHEMA
+CASE = Case(
+    name="deepseek",
+    family="deepseek-v3.1",
+    tools=TOOL_NAMES,
+    detected=DETECTED,
+    prefix="deepseek",
+    no_other=True,
+    catalog_prefix="deepseek",
+    renders=tuple(RENDERS),
+    thinking=tuple(THINKING),
+    outputs=tuple(
+        Output(family, output, PARSED, family=family, thinking=True)
+        for family, output in OUTPUTS.items()
+    ),
+    bad=tuple(Output(name, output, expected, family=f) for name, f, output, expected in BAD),
+    untooled=tuple((f, ANSWERS[f]) for f in ["deepseek-r1", "deepseek-v3.1", "deepseek-v3.2"]),
+    streams=(TEXT_HELD,),
+    damage=tuple(
+        Damage(
+            family,
+            lambda f=family: spliced([ANSWERS[f], "Plain text. "], JUNK, 150, len(f)),
+            TOOL_NAMES,
+            min_started=40,
+        )
+        for family in FAMILIES
+    ),
+    compiles=tuple(
+        Compiles(f, "claude-code-2.1.332-first-turn.json", reasoning_all=True) for f in FAMILIES
+    ),
+    accepts=tuple(row for family, good, args in WRITTEN for row in accepts(family, good, args)),
+    random_calls=tuple(
+        RandomCalls(f, SCHEMA_TOOLS, NAMES, range(6), byte_walk(MARKERS), min_finished=3)
+        for f in FAMILIES
+    ),
+    round_trips=(RoundTrip("deepseek-v3.1", V31, read_file_schema({"type": "string"})),),
+)

@@ -1,112 +1,98 @@
-"""Qwen3-Coder XML calls: detection, rendering through the real template,
-the parser on realistic outputs split at every offset and on every
-bad-output rule, the forced-call grammar, and a forced call round trip on a
-tiny GGUF with the real template through both endpoints."""
+"""Qwen3-Coder XML calls (also Nemotron 3 Nano, StepFun 3.5): the real
+templates they are detected from, rendering through the real template,
+realistic outputs and every bad-output rule, the forced-call grammar, and a
+forced call round trip on a tiny GGUF with the real template."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import anthropic
-import httpx
-import openai
-import pytest
-from support.grammar import CLIENTS, Vocab, captured_tools
-from support.parsing import Result, assert_parses, calls
-from support.paths import CACHE, need_fixtures
-from support.server import EngyServer
-from support.xmlcalls_cases import (
+from engy_local.chat import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from engy_local.prompt.families.qwen3_coder import Qwen3CoderParser
+from support.families.damage import written
+from support.families.grammars import closing_walk
+from support.families.spec import (
+    Accepts,
+    Case,
+    Compiles,
+    Damage,
+    Output,
+    OwnCalls,
+    ParseBack,
+    RandomCalls,
+    Rendered,
+    RoundTrip,
+    Stream,
+)
+from support.families.xml import (
     BASH,
     CONVERSATION,
     RENDERED_CALLS,
     SCHEMAS,
-    TIMEOUT,
     TOOLS,
     WRITE,
-    check_random_calls,
-    check_random_outputs,
-    messages_round_trip,
-    parsed_calls,
     prompt,
     read_file_schema,
-    responses_round_trip,
-    template,
 )
-
-from engy_local.chat import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
-from engy_local.prompt.families import detect_family
-from engy_local.prompt.families.qwen3_coder import Qwen3CoderParser
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from support.grammar import CLIENTS
+from support.parsing import Result, calls
 
 FAMILY = "qwen3-coder"
 QWEN3_CODER = "Qwen3-Coder.jinja"
 
-# ---- detection ------------------------------------------------------------------
 
-
-@pytest.mark.parametrize(
-    "name",
-    [QWEN3_CODER, "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "StepFun3.5-Flash.jinja"],
-)
-def test_detected_from_the_template(name: str) -> None:
-    assert detect_family(template(name).source) == FAMILY
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "Qwen-Qwen3-0.6B.jinja",  # <tool_call> JSON: hermes
-        "meetkai-functionary-medium-v3.1.jinja",  # <function= alone
-        "ByteDance-Seed-OSS.jinja",  # <seed:tool_call>
-        "GLM-4.6.jinja",
-    ],
-)
-def test_other_templates_are_not_taken(name: str) -> None:
-    assert detect_family(template(name).source) != FAMILY
+def conversation() -> str:
+    return prompt(QWEN3_CODER, FAMILY, CONVERSATION)
 
 
 # ---- rendering --------------------------------------------------------------------
 
-
-def test_conversation_renders_the_way_the_template_expects() -> None:
-    text = prompt(QWEN3_CODER, FAMILY, CONVERSATION)
-    assert text.startswith("<|im_start|>system\nSYSTEM-TEXT\n\n# Tools\n")
-    assert "<function>\n<name>Bash</name>\n<description>Run a command.</description>" in text
-    calls_turn = (
-        "<|im_start|>assistant\nLet me look.\n\n"
-        "<tool_call>\n<function=Bash>\n"
-        "<parameter=command>\nls -la\n</parameter>\n"
-        "<parameter=timeout>\n30\n</parameter>\n"
-        '<parameter=options>\n{"env": {"CI": "1"}, "verbose": false}\n</parameter>\n'
-        "<parameter=run_in_background>\nTrue\n</parameter>\n"
-        "</function>\n</tool_call>\n"
-        "<tool_call>\n<function=Write>\n"
-        "<parameter=file_path>\n/tmp/a.py\n</parameter>\n"
-        "<parameter=content>\nprint('<hi>')\n\n</parameter>\n"
-        "</function>\n</tool_call><|im_end|>\n"
-        "<|im_start|>user\n<tool_response>\na.txt b.txt\n</tool_response>\n"
-        "<tool_response>\nwritten\n</tool_response>\n<|im_end|>\n"
-        "<|im_start|>assistant\n"
-    )
-    assert text.endswith(calls_turn)
+CALLS_TURN = (
+    "<|im_start|>assistant\nLet me look.\n\n"
+    "<tool_call>\n<function=Bash>\n"
+    "<parameter=command>\nls -la\n</parameter>\n"
+    "<parameter=timeout>\n30\n</parameter>\n"
+    '<parameter=options>\n{"env": {"CI": "1"}, "verbose": false}\n</parameter>\n'
+    "<parameter=run_in_background>\nTrue\n</parameter>\n"
+    "</function>\n</tool_call>\n"
+    "<tool_call>\n<function=Write>\n"
+    "<parameter=file_path>\n/tmp/a.py\n</parameter>\n"
+    "<parameter=content>\nprint('<hi>')\n\n</parameter>\n"
+    "</function>\n</tool_call><|im_end|>\n"
+    "<|im_start|>user\n<tool_response>\na.txt b.txt\n</tool_response>\n"
+    "<tool_response>\nwritten\n</tool_response>\n<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+RENDERED = Rendered(
+    "an agent conversation",
+    conversation,
+    starts="<|im_start|>system\nSYSTEM-TEXT\n\n# Tools\n",
+    contains=("<function>\n<name>Bash</name>\n<description>Run a command.</description>",),
+    ends=CALLS_TURN,
     # Qwen3-Coder does not reason: the template drops reasoning everywhere.
-    assert "EARLY-THOUGHT" not in text and "I will look." not in text
+    absent=("EARLY-THOUGHT", "I will look."),
+)
+NO_SWITCH = Rendered(
+    "thinking has no switch",
+    lambda: prompt(QWEN3_CODER, FAMILY, CONVERSATION[:2], thinking=True),
+    same_as=lambda: prompt(QWEN3_CODER, FAMILY, CONVERSATION[:2]),
+)
+# The template's own writing of a turn gives the calls back (booleans
+# written `True` included).
+PARSE_BACK = ParseBack(
+    "the calls turn",
+    lambda: [conversation().split("<|im_start|>assistant\n")[-2].split("<|im_end|>")[0]],
+    FAMILY,
+    SCHEMAS,
+    (RENDERED_CALLS,),
+)
 
 
-def test_rendered_calls_parse_back_to_the_same_arguments() -> None:
-    """The template's own writing of a turn, read by the parser, gives the
-    calls back (booleans written `True` included)."""
-    text = prompt(QWEN3_CODER, FAMILY, CONVERSATION)
-    turn = text.split("<|im_start|>assistant\n")[-2].split("<|im_end|>")[0]
-    assert parsed_calls(FAMILY, turn) == RENDERED_CALLS
-
-
-def test_thinking_has_no_switch() -> None:
-    plain = prompt(QWEN3_CODER, FAMILY, CONVERSATION[:2])
-    assert prompt(QWEN3_CODER, FAMILY, CONVERSATION[:2], thinking=True) == plain
+def own_calls() -> list[tuple[Any, str]]:
+    turn = conversation().split("<|im_start|>assistant\nLet me look.\n\n")[1]
+    first, second = turn.split("<|im_end|>")[0].split("</tool_call>\n")
+    return [([BASH], first + "</tool_call>"), ([WRITE], second)]
 
 
 # ---- parsing ------------------------------------------------------------------------
@@ -229,6 +215,16 @@ GOOD = [
     ),
 ]
 
+# Without schemas (`tools` as bare names) a value is JSON when it is JSON.
+NAMES_ONLY = Output(
+    "names only: every value read as JSON or string",
+    "<tool_call>\n<function=Write>\n<parameter=file_path>\n42\n</parameter>\n"
+    "<parameter=content>\nx = 1\n</parameter>\n</function>\n</tool_call>",
+    Result(calls=calls(("Write", '{"file_path": 42, "content": "x = 1"}'))),
+    tools=[t.name for t in TOOLS],
+)
+
+# name, output, expected
 BAD = [
     (
         "a tool that was not offered is text",
@@ -352,38 +348,11 @@ BAD = [
     ),
 ]
 
-
-@pytest.mark.parametrize(
-    ("output", "thinking", "expected"), [r[1:] for r in GOOD], ids=[r[0] for r in GOOD]
-)
-def test_outputs(output: str, thinking: bool, expected: Result) -> None:
-    assert_parses(output, expected, family=FAMILY, tools=SCHEMAS, thinking=thinking)
-
-
-@pytest.mark.parametrize(("output", "expected"), [r[1:] for r in BAD], ids=[r[0] for r in BAD])
-def test_bad_outputs(output: str, expected: Result) -> None:
-    assert_parses(output, expected, family=FAMILY, tools=SCHEMAS)
-
-
-def test_no_tools_offered_means_calls_are_text() -> None:
-    output = "x <tool_call>\n<function=Bash>\n</function>\n</tool_call>"
-    assert_parses(output, Result(text=output), family=FAMILY, tools=())
-
-
-def test_names_only_read_every_value_as_json_or_string() -> None:
-    """Without schemas (`tools` as bare names) a value is JSON when it is JSON."""
-    output = (
-        "<tool_call>\n<function=Write>\n<parameter=file_path>\n42\n</parameter>\n"
-        "<parameter=content>\nx = 1\n</parameter>\n</function>\n</tool_call>"
-    )
-    expected = Result(calls=calls(("Write", '{"file_path": 42, "content": "x = 1"}')))
-    assert_parses(output, expected, family=FAMILY, tools=[t.name for t in TOOLS])
-
-
-def test_event_sequence_streams_arguments() -> None:
-    """Strings stream as they are generated; JSON values go out whole."""
-    parser = Qwen3CoderParser(tools=SCHEMAS, thinking=False, new_id=lambda: "toolu_1")
-    steps: list[tuple[str, list[Any]]] = [
+# Strings stream as they are generated; JSON values go out whole.
+STREAM = Stream(
+    "arguments stream",
+    lambda: Qwen3CoderParser(tools=SCHEMAS, thinking=False, new_id=lambda: "toolu_1"),
+    [
         ("Running", [TextDelta("Running")]),
         (" it.\n\n<tool", [TextDelta(" it.")]),
         ("_call>\n<function=Ba", []),
@@ -398,13 +367,11 @@ def test_event_sequence_streams_arguments() -> None:
             [ToolCallDelta(0, "}"), ToolCallEnd(0, '{"command": "ls -la", "timeout": 10}')],
         ),
         ("\n</tool_call>", []),
-    ]
-    for chunk, expected in steps:
-        assert parser.feed(chunk) == expected, chunk
-    assert parser.finish() == []
+    ],
+)
 
 
-def written(name: str, args: dict[str, Any]) -> str:
+def write(name: str, args: dict[str, Any]) -> str:
     """One call the way the template writes it."""
     params = "".join(
         f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
@@ -413,35 +380,10 @@ def written(name: str, args: dict[str, Any]) -> str:
     return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>\n"
 
 
-def test_damaged_outputs_never_break_and_split_the_same() -> None:
-    pieces = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=",
-              "</parameter>", "<think>", "</think>", ">", "\n", "<", '"', "{"]  # fmt: skip
-    check_random_outputs(FAMILY, written, pieces)
-
+PIECES = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=",
+          "</parameter>", "<think>", "</think>", ">", "\n", "<", '"', "{"]  # fmt: skip
 
 # ---- forced calls -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def vocab() -> Iterator[Vocab]:
-    from support.grammar import FIXTURES
-
-    path = FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf"
-    if not path.is_file():
-        pytest.skip(f"vocab fixture not found: {path}")
-    v = Vocab(path)
-    yield v
-    import llama_cpp
-
-    llama_cpp.llama_model_free(v.model)
-
-
-@pytest.mark.parametrize("request_file", CLIENTS)
-def test_every_captured_tool_compiles(request_file: str) -> None:
-    tools = captured_tools(request_file)
-    for tool in tools:
-        assert check_grammar(forced_call_grammar([tool], FAMILY)), tool.name
-    assert check_grammar(forced_call_grammar(tools, FAMILY))
 
 
 def call(name: str, *params: tuple[str, str]) -> str:
@@ -449,85 +391,88 @@ def call(name: str, *params: tuple[str, str]) -> str:
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
 
 
-@pytest.mark.parametrize(
-    ("text", "ok"),
-    [
-        (call("Bash", ("command", "ls -la")), True),
-        ("\n" + call("Bash", ("command", 'a "quoted" <b> </function>\n\nline')), True),
-        (call("Bash", ("command", "ls"), ("timeout", "1.5"), ("mode", "safe")), True),
-        (
-            call("Bash", ("command", "ls"), ("options", '{"env": {"A": "b"}, "verbose": true}')),
-            True,
+# text, whether the grammar accepts it
+GRAMMAR = [
+    (call("Bash", ("command", "ls -la")), True),
+    ("\n" + call("Bash", ("command", 'a "quoted" <b> </function>\n\nline')), True),
+    (call("Bash", ("command", "ls"), ("timeout", "1.5"), ("mode", "safe")), True),
+    (
+        call("Bash", ("command", "ls"), ("options", '{"env": {"A": "b"}, "verbose": true}')),
+        True,
+    ),
+    (call("Write", ("file_path", "/a"), ("content", "")), True),
+    (call("get_goal"), True),
+    (call("Free", ("anything", "goes here")), True),
+    (call("Bash"), False),  # command is required
+    (call("Bash", ("timeout", "1"), ("command", "ls")), False),  # the schema's order
+    (call("Bash", ("command", "ls"), ("extra", "1")), False),  # no other keys
+    (call("Bash", ("command", "ls"), ("mode", "slow")), False),  # not in the enum
+    (call("Bash", ("command", "ls"), ("timeout", "soon")), False),  # not a number
+    (call("Write", ("file_path", "/a")), False),
+    (call("Read", ("path", "/a")), False),  # not offered
+    ("Sure! " + call("get_goal"), False),
+    (call("get_goal") + "\n" + call("get_goal"), False),
+]
+
+CASE = Case(
+    name="qwen3-coder",
+    family=FAMILY,
+    tools=SCHEMAS,
+    detected={
+        QWEN3_CODER: FAMILY,
+        "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": FAMILY,
+        "StepFun3.5-Flash.jinja": FAMILY,
+    },
+    not_taken=(
+        "Qwen-Qwen3-0.6B.jinja",  # <tool_call> JSON: hermes
+        "meetkai-functionary-medium-v3.1.jinja",  # <function= alone
+        "ByteDance-Seed-OSS.jinja",  # <seed:tool_call>
+        "GLM-4.6.jinja",
+    ),
+    renders=(RENDERED,),
+    thinking=(NO_SWITCH,),
+    parse_back=(PARSE_BACK,),
+    outputs=(
+        *(
+            Output(name, output, expected, thinking=thinking)
+            for name, output, thinking, expected in GOOD
         ),
-        (call("Write", ("file_path", "/a"), ("content", "")), True),
-        (call("get_goal"), True),
-        (call("Free", ("anything", "goes here")), True),
-        (call("Bash"), False),  # command is required
-        (call("Bash", ("timeout", "1"), ("command", "ls")), False),  # the schema's order
-        (call("Bash", ("command", "ls"), ("extra", "1")), False),  # no other keys
-        (call("Bash", ("command", "ls"), ("mode", "slow")), False),  # not in the enum
-        (call("Bash", ("command", "ls"), ("timeout", "soon")), False),  # not a number
-        (call("Write", ("file_path", "/a")), False),
-        (call("Read", ("path", "/a")), False),  # not offered
-        ("Sure! " + call("get_goal"), False),
-        (call("get_goal") + "\n" + call("get_goal"), False),
-    ],
+        NAMES_ONLY,
+    ),
+    bad=tuple(Output(name, output, expected) for name, output, expected in BAD),
+    untooled=((FAMILY, "x <tool_call>\n<function=Bash>\n</function>\n</tool_call>"),),
+    streams=(STREAM,),
+    damage=(
+        Damage(
+            FAMILY,
+            lambda: written(FAMILY, write, SCHEMAS, PIECES),
+            SCHEMAS,
+            min_started=100,
+            keeps_text=lambda output: "<think>" not in output,
+        ),
+    ),
+    compiles=tuple(Compiles(FAMILY, request) for request in CLIENTS),
+    accepts=tuple(Accepts(FAMILY, TOOLS, text, ok) for text, ok in GRAMMAR),
+    own_calls=(OwnCalls(FAMILY, own_calls),),
+    random_calls=(
+        RandomCalls(
+            FAMILY,
+            TOOLS,
+            SCHEMAS,
+            range(8),
+            closing_walk(("</parameter>", '"', "}", "]", ">")),
+            min_finished=8,
+        ),
+    ),
+    # The tiny model writes its answer wherever the grammar lets it: here the
+    # value's close tag, so that free-text values end.
+    round_trips=(
+        RoundTrip(
+            FAMILY,
+            QWEN3_CODER,
+            read_file_schema({"type": "string"}),
+            answer="</parameter>",
+            answer_is_text=True,
+        ),
+    ),
 )
-def test_grammar_accepts_exactly_the_calls(vocab: Vocab, text: str, ok: bool) -> None:
-    assert vocab.accepts(forced_call_grammar(TOOLS, FAMILY), text) is ok
-
-
-def test_grammar_accepts_the_templates_own_calls(vocab: Vocab) -> None:
-    text = prompt(QWEN3_CODER, FAMILY, CONVERSATION)
-    turn = text.split("<|im_start|>assistant\nLet me look.\n\n")[1].split("<|im_end|>")[0]
-    first, second = turn.split("</tool_call>\n")
-    assert vocab.accepts(forced_call_grammar([BASH], FAMILY), first + "</tool_call>")
-    assert vocab.accepts(forced_call_grammar([WRITE], FAMILY), second)
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_random_calls_the_grammar_allows_are_valid(vocab: Vocab, seed: int) -> None:
-    check_random_calls(vocab, FAMILY, ("</parameter>", '"', "}", "]", ">"), seed)
-
-
-# ---- a tiny model with the real template ---------------------------------------------
-
-# The tiny model writes its answer wherever the grammar lets it: here the
-# value's close tag, so that free-text values end.
-TINY_ANSWER = "</parameter>"
-SCHEMA = read_file_schema({"type": "string"})
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[EngyServer]:
-    need_fixtures()
-    from support.ggufs import tiny_gguf_cached
-
-    path = tiny_gguf_cached(
-        CACHE / "ggufs", vocab="qwen2", template=QWEN3_CODER, answer=TINY_ANSWER
-    )
-    s = EngyServer(str(path), "--ctx-size", "8192")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def model(server: EngyServer) -> str:
-    name: str = httpx.get(server.url + "/v1/models", timeout=TIMEOUT).json()["data"][0]["id"]
-    return name
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-def test_messages_forced_call_round_trip(server: EngyServer, model: str, stream: bool) -> None:
-    with anthropic.Anthropic(
-        base_url=server.url, api_key="x", max_retries=0, timeout=TIMEOUT
-    ) as claude:
-        messages_round_trip(claude, model, SCHEMA, stream)
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
-def test_responses_forced_call_round_trip(server: EngyServer, model: str, stream: bool) -> None:
-    with openai.OpenAI(
-        base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT
-    ) as gpt:
-        responses_round_trip(gpt, model, SCHEMA, stream)
