@@ -141,6 +141,10 @@ class Usage:
     cached_tokens: int = 0  # of prompt_tokens, read from the KV cache
     output_tokens: int = 0
     reasoning_tokens: int = 0  # of output_tokens, spent thinking
+    # Speculative decoding (the engine's, no protocol shows it): tokens it
+    # drafted, and of those, the ones the model agreed with.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,17 @@ def serve(
     cache_ram: Annotated[
         float, _opt("MiB of RAM for saved conversation states (0: none)", SESSIONS, min=0)
     ] = 2048,
+    speculative: Annotated[
+        str,
+        _opt(
+            "Speculative decoding from the conversation's own tokens: auto (where it pays), "
+            "on (always) or off",
+            SESSIONS,
+        ),
+    ] = "auto",
+    draft_max: Annotated[
+        int, _opt("The longest draft speculative decoding verifies", SESSIONS, min=1, max=64)
+    ] = 16,
     cache_disk: Annotated[
         Optional[Path],
         _opt("Directory of the prompt cache on disk (default: $ENGY_HOME/kvcache)", SESSIONS),
@@ -174,6 +185,8 @@ def serve(
             parallel=parallel,
             cache_ram=int(cache_ram * (1 << 20)),
             cache_disk=_path(cache_disk),
+            speculative=_speculative(speculative),
+            draft_max=draft_max,
             cache_disk_size=int(cache_disk_size * (1 << 30)),
             repack=repack,
             mmproj=_path(mmproj),
@@ -183,6 +196,12 @@ def serve(
             tensor_split=parse_tensor_split(tensor_split),
         )
         run_server(options, console)
+
+
+def _speculative(value: str) -> str:
+    if value not in ("auto", "on", "off"):
+        raise typer.BadParameter("expected 'auto', 'on' or 'off'", param_hint="--speculative")
+    return value
 
 
 def _path(path: Path | None) -> Path | None:

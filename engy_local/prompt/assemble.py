@@ -32,10 +32,20 @@ class AnswerAssembler:
         as at an end token."""
         return self.called and self.single_call
 
-    def finish(self, end: TextEnd, prompt: int, cached: int, produced: int) -> list[Event]:
+    def finish(
+        self,
+        end: TextEnd,
+        prompt: int,
+        cached: int,
+        produced: int,
+        *,
+        drafted: int = 0,
+        accepted: int = 0,
+    ) -> list[Event]:
         """What the parser still holds, then `Finished`."""
         events = self.parser.finish()
         self.called = self.called or any(isinstance(e, ToolCallEnd) for e in events)
         stop: StopReason = "tool_call" if end == "end" and self.called else end
         self.stop_reason = stop
-        return [*events, Finished(stop, Usage(prompt, cached, produced, self.reasoning))]
+        usage = Usage(prompt, cached, produced, self.reasoning, drafted, accepted)
+        return [*events, Finished(stop, usage)]

@@ -65,6 +65,11 @@ class TokenText:
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._stops = StopScanner(stops)
 
+    @property
+    def left(self) -> int:
+        """Tokens it may still produce (a large number without a limit)."""
+        return (self.max_tokens - self.produced) if self.max_tokens is not None else 1 << 30
+
     def push_token(self, token: int) -> tuple[str, TextEnd | None]:
         """The text `token` releases, and why generation ends with it, if
         it does."""

@@ -14,6 +14,7 @@ from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
 from .families import Family
 from .forced import forced_call_grammar
+from .gbnf import fixed_start
 from .images import PlacedImages, image_placeholder, images_of, place_images
 from .layout import first_token_at, layout, token_offsets
 from .messages import ImageSlots, to_template_messages, to_template_tools
@@ -99,6 +100,9 @@ class Prepared:
     marks: tuple[int, ...] = ()
     # Token index -> the part of the request it comes from ("messages[3]").
     where: Callable[[int], str] = lambda index: ""
+    # A forced call's fixed start (its markers, the one tool's name), as
+    # tokens the engine takes without sampling.
+    scaffold: tuple[int, ...] = ()
 
 
 def new_call_id() -> str:
@@ -157,6 +161,20 @@ def tokenize(model: PromptModel, prompt: PlacedImages) -> tuple[list[int], tuple
     return tokenized.tokens, tokenized.media
 
 
+def _scaffold(model: PromptModel, tokens: list[int], text: str, grammar: str) -> list[int]:
+    """The tokens of the text every sentence of `grammar` starts with,
+    where the prompt and that text tokenize as the prompt's tokens then
+    those (else none: the model samples them under the grammar)."""
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines() if " ::= " in line)
+    start = fixed_start(rules)
+    if not start:
+        return []
+    both = model.tokenize(text + start)
+    if both[: len(tokens)] != tokens:
+        return []
+    return both[len(tokens) :]
+
+
 def count_tokens(model: PromptModel, request: ChatRequest) -> int:
     return len(tokenize(model, render(model, request)[0])[0])
 
@@ -185,11 +203,13 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     choice = request.tool_choice
     tools = () if choice.mode == "none" else request.tools
     grammar = None
+    scaffold: list[int] = []
     chosen: tuple[ToolSpec, ...] = tools
     if forced:
         if choice.mode == "tool":
             chosen = tuple(t for t in tools if t.name == choice.name)
         grammar = forced_call_grammar(chosen, family, reasoning=in_thinking)
+        scaffold = _scaffold(model, tokens, text, grammar)
     # The names the model may call (under a grammar, only those it allows);
     # as a mapping to each tool's parameters schema, so that families
     # writing a tag per parameter can type the values.
@@ -227,4 +247,5 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         media=media,
         marks=marks,
         where=where,
+        scaffold=tuple(scaffold),
     )

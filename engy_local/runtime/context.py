@@ -139,6 +139,11 @@ class Context:
                 return False
         return True
 
+    def drop_after(self, seq: int, keep: int) -> None:
+        """Removes the positions from `keep` on: a draft the model did not
+        take (the newest positions only: what is before them is intact)."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq, keep, -1)
+
     def held(self, seq: int) -> int:
         """Positions the KV cache holds for `seq` (0 when empty)."""
         return self.pos_max(seq) + 1

@@ -26,5 +26,6 @@ class Job:
     media: tuple[Any, ...] = ()  # vision.Media: the images among `tokens`, in order
     marks: tuple[int, ...] = ()  # where a sliding-window checkpoint is worth keeping
     where: Callable[[int], str] = lambda index: ""  # token index -> the request's part
+    scaffold: tuple[int, ...] = ()  # a forced call's fixed start, taken without sampling
     cancelled: threading.Event = field(default_factory=threading.Event)
     joined: bool = False  # it waited for another request reading the same prompt

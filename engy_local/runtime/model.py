@@ -44,6 +44,8 @@ class LoadOptions:
     flash_attn: str = "auto"  # "auto" (where the backend has it), "on" or "off"
     tensor_split: tuple[float, ...] = ()  # weights of the offload devices, in order
     digest: str | None = None  # sha256 of the weights where the store knows it
+    speculative: str = "auto"  # drafts from the conversation where they pay; "off"
+    draft_max: int = 16  # the longest draft
 
 
 def backend_label(gpu_layers: int | None) -> str:
@@ -126,6 +128,8 @@ class Model(Tokens):
         self._vocab = vocab
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
         self.options = options
+        self.speculative = options.speculative
+        self.draft_max = max(1, options.draft_max)
         self.n_swa = int(llama_cpp.llama_model_n_swa(handle))
         self.n_layer = int(llama_cpp.llama_model_n_layer(handle))
         self.n_embd = int(llama_cpp.llama_model_n_embd(handle))

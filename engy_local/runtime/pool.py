@@ -157,6 +157,7 @@ class ModelPool:
             media=prepared.media,
             marks=prepared.marks,
             where=prepared.where,
+            scaffold=prepared.scaffold,
         )
         generation.job = job
         with self._lock:

@@ -73,6 +73,13 @@ class Sampler:
         llama_cpp.llama_sampler_accept(self.grammar, token)
         return token
 
+    def accept(self, token: int) -> None:
+        """`token` is output without sampling (a forced call's fixed start):
+        the grammar and the chain move past it as if it had been drawn."""
+        if self.grammar is not None:
+            llama_cpp.llama_sampler_accept(self.grammar, token)
+        llama_cpp.llama_sampler_accept(self.chain, token)
+
     def _allowed(self, token: int) -> bool:
         self._one.id = token  # type: ignore[assignment]
         self._one.logit = 1.0

@@ -32,6 +32,7 @@ from .job import Job
 from .model import Model
 from .sampling import Sampler
 from .slots import Checkpoint, Option, Slot, choose, common_prefix
+from .speculate import SIZES, Costs, Drafter, Gate, measure
 
 log = logging.getLogger("engy.requests")
 
@@ -53,6 +54,12 @@ class Running:
     media: dict[int, Any]  # start index -> vision.Media
     next_token: int | None = None  # sampled, to be decoded next step
     miss: str = ""  # where the prompt left the longest cached prefix (see Started)
+    drafter: Drafter | None = None  # its own tokens, for drafts (None: no drafting)
+    draft: list[int] = field(default_factory=list)  # this step's draft
+    pending: list[int] = field(default_factory=list)  # output, still to feed before next_token
+    scaffold: bool = False  # its forced call's fixed start was output
+    drafted: int = 0
+    accepted: int = 0
     t_start: float = field(default_factory=time.monotonic)
     t_prefilled: float = 0.0
     t_first: float = 0.0
@@ -84,6 +91,35 @@ class Scheduler:
         # A waiting job with these prompt tokens, taken from the queue (the
         # worker's): it inherits a read its first sender gave up on.
         self.heir: Callable[[list[int]], Job | None] = lambda tokens: None
+        self.gate = self._gate()
+
+    def _gate(self) -> Gate | None:
+        """Drafting where it can pay ("auto"): state that can be cut back
+        (not recurrent), and a measured step cost that leaves room for a
+        gain. "on" drafts whatever the cost (a step of any size costs as
+        much as one token: for tests, and machines known to gain)."""
+        model = self.model
+        if model.speculative == "off" or model.recurrent:
+            return None
+        if model.speculative == "on":
+            return Gate(Costs(tuple(1.0 for _ in SIZES)), cap=model.draft_max)
+        gate = Gate(measure(self._time_step), cap=model.draft_max)
+        if not gate.pays_at_all():
+            log.info(
+                "%s: speculative decoding off (a token more costs a step here)", model.path.name
+            )
+            return None
+        return gate
+
+    def _time_step(self, n: int) -> None:
+        """One decode step of n tokens on an empty sequence, undone."""
+        batch = self.ctx.batch
+        batch.clear()
+        for i in range(n):
+            batch.add(i % max(1, self.model.n_vocab), i, 0, True)
+        self.ctx.decode()
+        self.ctx.clear(0)
+        batch.clear()
 
     def free(self) -> int:
         return sum(not s.busy for s in self.slots)
@@ -132,7 +168,11 @@ class Scheduler:
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens)
         answer = AnswerAssembler(job.parser, job.single_call)
+        drafter = Drafter(prompt) if self.gate is not None else None
         running = Running(job, slot, sampler, text, answer, reuse, media, miss=miss)
+        running.drafter = drafter
+        if self.gate is not None:
+            self.gate.forget(slot.id)
         self.running.append(running)
         job.emit(Started(len(prompt), reuse, miss))
 
@@ -288,7 +328,9 @@ class Scheduler:
         outputs, fed = ran
         for f in fed:
             r, tokens = f.running, f.tokens
-            r.slot.held.extend(tokens)
+            # A draft is kept only as far as it is verified (_verify).
+            r.slot.held.extend(tokens if f.reading else tokens[: len(r.pending) + 1])
+            r.pending = []
             prompt_read = r.next_token is None and len(r.slot.held) == len(r.prompt)
             r.next_token = None
             if len(r.slot.held) < len(r.prompt):
@@ -301,11 +343,18 @@ class Scheduler:
                     r.slot.ends.append(len(r.slot.held))
                 self._checkpoint(r.slot)
         now = time.monotonic()
-        for r, i in outputs:
+        for r, at in outputs:
             if not r.t_prefilled:
                 r.t_prefilled = now
             try:
-                self._advance(r, r.sampler.sample(self.ctx.ctx, i))
+                if r.job.scaffold and not r.scaffold:
+                    r.scaffold = True
+                    for token in r.job.scaffold:
+                        r.sampler.accept(token)
+                    self._advance(r, list(r.job.scaffold), in_cache=0)
+                else:
+                    tokens = self._verify(r, at)
+                    self._advance(r, tokens, in_cache=len(tokens) - 1)
             except EngyError as exc:
                 self._fail(r, exc)
             except Exception as exc:  # one request's failure is not the others'
@@ -332,19 +381,28 @@ class Scheduler:
         log.info("seq %d: a resent prompt takes over its read (%d tokens in)", r.slot.id, read)
         job.emit(Started(len(r.prompt), read))
 
-    def _build(self, prompts: bool) -> tuple[list[tuple[Running, int]], list[Fed]]:
+    def _build(self, prompts: bool) -> tuple[list[tuple[Running, list[int]]], list[Fed]]:
         """The step's batch: the last sampled token of every generating
-        request, then (`prompts`) chunks of the prompts being read. Returns
-        where each request samples and what each one fed."""
+        request and its draft, if it drafts this step, then (`prompts`)
+        chunks of the prompts being read. Returns where each request samples
+        and what each one fed."""
         batch = self.ctx.batch
         batch.clear()
-        outputs: list[tuple[Running, int]] = []
+        outputs: list[tuple[Running, list[int]]] = []
         fed: list[Fed] = []
-        for r in self.running:
-            if r.next_token is not None:
-                i = batch.add(r.next_token, len(r.slot.held), r.slot.id, True)
-                outputs.append((r, i))
-                fed.append(Fed(r, [r.next_token], reading=False))
+        generating = [r for r in self.running if r.next_token is not None]
+        drafts = self._drafts(generating)
+        for r in generating:
+            assert r.next_token is not None
+            r.draft = drafts.get(r.slot.id, [])
+            pos, seq = len(r.slot.held), r.slot.id
+            for k, t in enumerate(r.pending):  # output not sampled here: no logits
+                batch.add(t, pos + k, seq, False)
+            pos += len(r.pending)
+            at = [batch.add(r.next_token, pos, seq, True)]
+            at += [batch.add(t, pos + 1 + k, seq, True) for k, t in enumerate(r.draft)]
+            outputs.append((r, at))
+            fed.append(Fed(r, [*r.pending, r.next_token, *r.draft], reading=False))
         budget = self.ctx.n_batch - batch.n
         for r in list(self.running) if prompts else ():
             if r.next_token is not None or budget <= 0:
@@ -359,7 +417,46 @@ class Scheduler:
                 budget -= len(taken)
         return outputs, fed
 
-    def _run_batch(self) -> tuple[list[tuple[Running, int]], list[Fed]] | None:
+    def _drafts(self, generating: list[Running]) -> dict[int, list[int]]:
+        """Each generating sequence's draft for this step (see speculate.py),
+        within the batch's room and the sequence's window."""
+        gate = self.gate
+        if gate is None or not generating:
+            return {}
+        room = self.ctx.n_batch - sum(1 + len(r.pending) for r in generating)
+        guesses = {}
+        for r in generating:
+            left = min(self.model.n_ctx - len(r.slot.held) - 2, r.text.left - 1)
+            if left > 0 and r.drafter is not None:
+                guess = r.drafter.draft(min(gate.cap, left))
+                if guess:
+                    guesses[r.slot.id] = guess
+        lengths = gate.lengths(len(generating), {s: len(g) for s, g in guesses.items()})
+        out = {}
+        for seq, k in lengths.items():
+            k = min(k, room)
+            if k > 0:
+                out[seq] = guesses[seq][:k]
+                room -= k
+        return out
+
+    def _verify(self, r: Running, at: list[int]) -> list[int]:
+        """Draws at the sequence's positions in turn while each draw is the
+        drafted token: the tokens it outputs this step (the last one is not
+        in the KV cache yet)."""
+        out: list[int] = []
+        for k, index in enumerate(at):
+            token = r.sampler.sample(self.ctx.ctx, index)
+            out.append(token)
+            if k >= len(r.draft) or token != r.draft[k]:
+                break
+        if r.draft and self.gate is not None:
+            r.drafted += len(r.draft)
+            r.accepted += len(out) - 1
+            self.gate.account(r.slot.id, len(r.draft), len(out) - 1)
+        return out
+
+    def _run_batch(self) -> tuple[list[tuple[Running, list[int]]], list[Fed]] | None:
         """Builds and decodes the step's batch. Where the KV cache has no
         room for it, idle sequences are freed (least recently used first,
         saved to the RAM cache when worth it); with none left, the prompts
@@ -403,7 +500,7 @@ class Scheduler:
         return True
 
     def _feed_prompt(
-        self, r: Running, budget: int, outputs: list[tuple[Running, int]]
+        self, r: Running, budget: int, outputs: list[tuple[Running, list[int]]]
     ) -> list[int]:
         """Adds the next chunk of r's prompt to the batch; images on the way
         are evaluated first, on their own."""
@@ -424,26 +521,46 @@ class Scheduler:
             last = done + k == len(prompt) - 1
             i = batch.add(token, done + k, slot.id, last)
             if last:
-                outputs.append((r, i))
+                outputs.append((r, [i]))
         return take
 
-    def _advance(self, r: Running, token: int) -> None:
+    def _advance(self, r: Running, tokens: list[int], in_cache: int) -> None:
+        """Outputs the step's tokens, in order, until one ends the answer.
+        The first `in_cache` are in the KV cache already (a verified draft);
+        kept ones that are not are fed next step (a forced call's fixed
+        start); what the cache holds beyond the kept tokens goes."""
         if not r.t_first:
             r.t_first = time.monotonic()
-        text, end = r.text.push_token(token)
-        if end is None and len(r.slot.held) + 1 >= self.model.n_ctx:
-            text, end = text + r.text.flush(), "length"  # the window is full
-        for event in r.answer.feed(text):
-            r.job.emit(event)
-        if end is None and r.answer.done:
-            end = "end"
+        end: TextEnd | None = None
+        kept = 0
+        for token in tokens:
+            kept += 1
+            text, end = r.text.push_token(token)
+            if end is None and len(r.slot.held) + kept >= self.model.n_ctx:
+                text, end = text + r.text.flush(), "length"  # the window is full
+            for event in r.answer.feed(text):
+                r.job.emit(event)
+            if end is None and r.answer.done:
+                end = "end"
+            if end is not None:
+                break
+        if r.drafter is not None:
+            r.drafter.push(tokens[:kept])
+        stored = min(in_cache, kept - 1)
+        r.slot.held.extend(tokens[:stored])
+        r.pending = tokens[stored : kept - 1]
+        # In the cache beside the kept tokens: the draft after them.
+        if r.draft and len(r.slot.held) < self.ctx.held(r.slot.id):
+            self.ctx.drop_after(r.slot.id, len(r.slot.held))
+        r.draft = []
         if end is None:
-            r.next_token = token
+            r.next_token = tokens[kept - 1]
         else:
             self._finish(r, end)
 
     def _finish(self, r: Running, end: TextEnd) -> None:
-        for event in r.answer.finish(end, len(r.prompt), r.cached, r.text.produced):
+        usage = (len(r.prompt), r.cached, r.text.produced)
+        for event in r.answer.finish(end, *usage, drafted=r.drafted, accepted=r.accepted):
             r.job.emit(event)
         self._log(r, r.answer.stop_reason or end)
         self._release(r)
@@ -465,7 +582,9 @@ class Scheduler:
             (r.t_first or end) - r.t_start,
             r.text.produced,
             stop,
-            (" joined" if r.job.joined else "") + (f" diverged={r.miss!r}" if r.miss else ""),
+            (f" drafted={r.drafted} accepted={r.accepted}" if r.drafted else "")
+            + (" joined" if r.job.joined else "")
+            + (f" diverged={r.miss!r}" if r.miss else ""),
         )
 
     def _fail(self, r: Running, err: EngyError, forget: bool = False) -> None:

@@ -53,6 +53,8 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         mmproj=record.mmproj or _beside(record, entry),
         tensor_split=options.tensor_split,
         digest=_digest(record),
+        speculative=options.speculative,
+        draft_max=options.draft_max,
     )
     names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
     aliases = tuple(dict.fromkeys(n for n in names if n != record.id))

@@ -1,0 +1,160 @@
+"""Speculative decoding without a draft model: a sequence's next tokens
+guessed from its own tokens (prompt and output), verified in the same
+llama_decode step as every other sequence's token.
+
+- Drafting (`Drafter`): the longest suffix of the sequence (8, 4, then 2
+  tokens) that occurred before; the tokens that followed it then are the
+  draft. Agents repeat what they read (an Edit's old_string, a patch's
+  context lines, a file written back), so drafts of that kind get accepted.
+  The search is a byte search over the tokens, nothing to index.
+- Verifying: the draft goes into the batch after the sequence's last token,
+  with logits at every position; the sampler draws at each position in turn
+  and the draft holds while each draw equals the drafted token. Every output
+  token is a draw from the model's own distribution given the kept tokens,
+  so the output is what decoding one token at a time would give (greedy:
+  the same tokens; sampled: the same distribution, the same draws).
+- Paying for itself (`Gate`): at load the model's step times are measured
+  for batches of 1 to 64 tokens (`measure`); a sequence drafts only as far
+  as its expected accepted tokens are worth more than the extra rows cost
+  beside what the step already holds. Acceptance is tracked per sequence:
+  drafts lengthen as they are accepted and shorten as they are not, and a
+  sequence whose drafts fail stops drafting, trying again now and then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)  # batch sizes timed at load
+SUFFIXES = (8, 4, 2)  # tokens of the sequence's end looked for, longest first
+RETRY = 32  # steps a sequence that stopped drafting waits before it tries again
+
+
+class Drafter:
+    """One sequence's tokens, and drafts from them."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self._bytes = bytearray(np.asarray(tokens, dtype="<i4").tobytes())
+
+    def push(self, tokens: list[int]) -> None:
+        self._bytes += np.asarray(tokens, dtype="<i4").tobytes()
+
+    def draft(self, k: int) -> list[int]:
+        """Up to `k` tokens that followed the latest earlier occurrence of
+        the longest repeated suffix; [] when nothing repeats."""
+        data = self._bytes
+        end = len(data)
+        for n in SUFFIXES:
+            size = 4 * n
+            if end <= size:
+                continue
+            tail = bytes(data[end - size :])
+            at = data.rfind(tail, 0, end - 4)  # an occurrence before the very end
+            while at >= 0 and at % 4:
+                at = data.rfind(tail, 0, at + size - 1)  # aligned to tokens only
+            if at < 0:
+                continue
+            start = at + size
+            piece = data[start : min(end, start + 4 * k)]
+            if piece:
+                return [int(t) for t in np.frombuffer(bytes(piece), dtype="<i4")]
+        return []
+
+
+@dataclass
+class Acceptance:
+    """What one sequence's drafts have been worth."""
+
+    rate: float = 0.6  # of drafted tokens, the share accepted (moving average)
+    length: int = 4  # the draft length it asks for next
+    idle: int = 0  # steps since it stopped drafting (0: drafting)
+
+    def update(self, drafted: int, accepted: int, cap: int) -> None:
+        if drafted == 0:
+            return
+        self.rate = 0.7 * self.rate + 0.3 * (accepted / drafted)
+        if accepted == drafted:
+            self.length = min(cap, self.length * 2)
+        else:
+            self.length = max(1, accepted + 1)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds a step of b tokens takes, b in SIZES (others interpolated)."""
+
+    seconds: tuple[float, ...]
+
+    def of(self, tokens: int) -> float:
+        sizes = np.asarray(SIZES[: len(self.seconds)], dtype=float)
+        return float(np.interp(tokens, sizes, self.seconds))
+
+
+def measure(run: Callable[[int], None], repeats: int = 3) -> Costs:
+    """Times `run(b)` (one decode step of b tokens) for each size; the
+    fastest of `repeats` runs (what noise leaves alone)."""
+    out = []
+    for b in SIZES:
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            run(b)
+            best = min(best, time.perf_counter() - t0)
+        out.append(best)
+    return Costs(tuple(out))
+
+
+@dataclass
+class Gate:
+    """How far each generating sequence drafts this step."""
+
+    costs: Costs
+    cap: int = 16  # --draft-max
+    margin: float = 1.1  # the expected gain must beat the extra cost by this
+    stats: dict[int, Acceptance] = field(default_factory=dict)  # by sequence
+    why: str = ""  # why drafting is off, when it is (for the log)
+
+    def lengths(self, rows: int, wants: dict[int, int]) -> dict[int, int]:
+        """Draft lengths for the sequences in `wants` (sequence -> tokens
+        its drafter has, at most), in a step that holds `rows` tokens
+        already. A sequence drafts k tokens when what they are expected to
+        save beats what they add to the step."""
+        per_token = self.costs.of(rows) / max(1, rows)  # what one output costs now
+        out: dict[int, int] = {}
+        extra = 0
+        for seq, available in wants.items():
+            stat = self.stats.setdefault(seq, Acceptance())
+            if stat.idle:
+                stat.idle += 1
+                if stat.idle < RETRY:
+                    continue
+                stat.idle, stat.length, stat.rate = 0, 1, 0.5  # try again, one token
+            best, gain = 0, 0.0
+            for k in range(1, min(stat.length, available, self.cap) + 1):
+                expected = sum(stat.rate**i for i in range(1, k + 1))
+                cost = self.costs.of(rows + extra + k) - self.costs.of(rows + extra)
+                value = expected * per_token - self.margin * cost
+                if value > gain:
+                    best, gain = k, value
+            if best:
+                out[seq] = best
+                extra += best
+            elif stat.rate < 0.2:
+                stat.idle = 1  # its drafts do not pay: rest a while
+        return out
+
+    def account(self, seq: int, drafted: int, accepted: int) -> None:
+        self.stats.setdefault(seq, Acceptance()).update(drafted, accepted, self.cap)
+
+    def forget(self, seq: int) -> None:
+        """A sequence taken by another request starts afresh."""
+        self.stats.pop(seq, None)
+
+    def pays_at_all(self) -> bool:
+        """Whether even an accepted draft could pay on this machine: one
+        extra token must cost less than a step of its own."""
+        return self.costs.of(2) < self.margin**-1 * 2 * self.costs.of(1)

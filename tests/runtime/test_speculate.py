@@ -1,0 +1,225 @@
+"""Speculative decoding from a sequence's own tokens, on real llama.cpp:
+drafts come from what repeats, greedy output is the same token for token
+with it on and off (one stream and four at once), a forced call still
+parses, cancelling one request mid-draft leaves the others alone, and the
+gate turns drafting off where the measured step costs say it cannot pay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engy_local.chat import (
+    ChatRequest,
+    Finished,
+    Message,
+    Sampling,
+    Text,
+    TextDelta,
+    ToolCallEnd,
+    ToolChoice,
+    ToolSpec,
+    Usage,
+)
+from engy_local.runtime import scheduler as scheduler_module
+from engy_local.runtime.local import ServedModel
+from engy_local.runtime.model import LoadOptions
+from engy_local.runtime.pool import ModelPool
+from engy_local.runtime.speculate import RETRY, SIZES, Costs, Drafter, Gate
+
+FILE = "\n".join(
+    f"The keeper climbed the {w} stairs at dusk and lit lamp number {i}."
+    for i, w in enumerate(["old", "narrow", "winding", "stone", "iron", "wet", "long"] * 3)
+)
+COPY = FILE + "\n\nRepeat the text above exactly, nothing else."
+FREE = "Write a short story about a harbour at night."
+
+
+# ---- drafts and the gate, pure ------------------------------------------------
+
+
+def test_a_draft_is_what_followed_the_longest_repeated_suffix() -> None:
+    d = Drafter([1, 2, 3, 4, 5, 6, 9, 2, 3, 4])
+    assert d.draft(3) == [5, 6, 9]  # ..2 3 4 came before, followed by 5 6 9
+    assert d.draft(1) == [5]
+    d.push([5, 6])
+    assert d.draft(8) == [9, 2, 3, 4, 5, 6]  # up to the sequence's end
+    assert Drafter([7, 8, 9]).draft(4) == []  # nothing repeats
+    # Byte matches across token boundaries are not token matches.
+    assert Drafter([256, 1, 0, 0, 1]).draft(2) == []
+
+
+def costs(per_token: float, fixed: float) -> Costs:
+    return Costs(tuple(fixed + per_token * b for b in SIZES))
+
+
+def test_the_gate_drafts_where_it_pays_and_not_where_it_does_not() -> None:
+    cheap = Gate(costs(per_token=0.001, fixed=0.02))  # a step's cost is mostly fixed
+    assert cheap.pays_at_all()
+    assert cheap.lengths(1, {0: 8}) == {0: 4}  # the starting length, all of it worth it
+    linear = Gate(costs(per_token=0.02, fixed=0.0))  # each token costs a step of its own
+    assert not linear.pays_at_all()
+    assert linear.lengths(1, {0: 8}) == {}
+
+
+def test_drafts_lengthen_when_accepted_and_stop_when_they_fail() -> None:
+    gate = Gate(costs(per_token=0.001, fixed=0.02), cap=16)
+    gate.account(0, 4, 4)
+    assert gate.stats[0].length == 8
+    assert gate.lengths(1, {0: 16}) == {0: 8}
+    for _ in range(8):
+        gate.account(0, 8, 0)  # nothing accepted, again and again
+    assert gate.lengths(1, {0: 16}) == {}  # it rests
+    for _ in range(RETRY - 2):
+        assert gate.lengths(1, {0: 16}) == {}
+    assert gate.lengths(1, {0: 16}) == {0: 1}  # and tries again, one token
+
+
+def test_several_busy_sequences_draft_less() -> None:
+    """A step of four already pays one token's cost four times over: what a
+    draft adds costs more than it saves where rows are not cheap."""
+    gate = Gate(Costs((0.010, 0.013, 0.019, 0.031, 0.055, 0.103, 0.199)))
+    alone = gate.lengths(1, {0: 8})
+    busy = Gate(gate.costs).lengths(4, {0: 8, 1: 8, 2: 8, 3: 8})
+    assert sum(alone.values()) > 0
+    assert sum(busy.values()) < 4 * sum(alone.values())
+
+
+def test_the_gate_turns_itself_off_where_steps_cost_per_token(
+    tiny_qwen3: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(scheduler_module, "measure", lambda run: costs(0.02, 0.0))
+    caplog.set_level(logging.INFO, "engy.requests")
+    pool = pool_of(tiny_qwen3, "auto")
+    try:
+        out = answers(pool, [chat(COPY)])[0]
+    finally:
+        pool.close()
+    assert "speculative decoding off" in caplog.text
+    assert out[1].usage.drafted_tokens == 0
+
+
+# ---- on real models ------------------------------------------------------------------
+
+
+def pool_of(model: Path | ServedModel, speculative: str, parallel: int = 4) -> ModelPool:
+    if isinstance(model, Path):
+        model = ServedModel("m", LoadOptions(model, ctx_size=4096))
+    options = replace(model.options, speculative=speculative, parallel=parallel, threads=2)
+    return ModelPool([replace(model, id="m", aliases=(), options=options)], primary="m")
+
+
+def chat(text: str, max_tokens: int = 96, **fields: object) -> ChatRequest:
+    sampling = Sampling(max_tokens=max_tokens, temperature=0)
+    return ChatRequest("m", (Message("user", (Text(text),)),), sampling=sampling, **fields)  # type: ignore[arg-type]
+
+
+def answers(
+    pool: ModelPool, requests: list[ChatRequest], cancel: int | None = None
+) -> list[tuple[str, Finished]]:
+    """Each request's text and Finished, all at once; `cancel`: that one's
+    client goes away after its fifth piece of text."""
+
+    async def one(i: int, request: ChatRequest) -> tuple[str, Finished]:
+        generation = await pool.submit(request)
+        text, finished, pieces = "", None, 0
+        async for event in generation:
+            if isinstance(event, TextDelta):
+                text += event.text
+                pieces += 1
+                if i == cancel and pieces == 5:
+                    generation.cancel()
+                    break
+            elif isinstance(event, Finished):
+                finished = event
+        return text, finished or Finished("end", Usage())  # a cancelled one has none
+
+    async def all_of() -> list[tuple[str, Finished]]:
+        return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+
+    return asyncio.run(all_of())
+
+
+def same_with_and_without(model: Path | ServedModel, requests: list[ChatRequest]) -> int:
+    """Runs `requests` at once with speculation off and on; the texts are
+    equal token for token. Returns the tokens the drafts gave."""
+    results = {}
+    for mode in ("off", "on"):
+        pool = pool_of(model, mode)
+        try:
+            results[mode] = answers(pool, requests)
+        finally:
+            pool.close()
+    off, on = results["off"], results["on"]
+    assert [t for t, _ in on] == [t for t, _ in off]
+    assert [f.usage.output_tokens for _, f in on] == [f.usage.output_tokens for _, f in off]
+    return sum(f.usage.accepted_tokens for _, f in on)
+
+
+@pytest.mark.parametrize("prompts", [[COPY], [FREE], [COPY, FREE, COPY + " ", FREE + " "]],
+                         ids=["copy", "free text", "four streams"])  # fmt: skip
+def test_greedy_output_is_the_same_with_speculation_on_a_tiny_model(
+    tiny_qwen3: Path, prompts: list[str]
+) -> None:
+    same_with_and_without(tiny_qwen3, [chat(p) for p in prompts])
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_path: Path) -> ServedModel:
+    from engy_local.server.backends import resolve_model
+    from engy_local.server.options import ServeOptions
+
+    return resolve_model(None, ServeOptions())
+
+
+def test_greedy_output_is_the_same_with_speculation_on_gemma(gemma: ServedModel) -> None:
+    """The copy is drafted (and mostly accepted) and comes out as without
+    speculation; so does free text, which drafts little."""
+    accepted = same_with_and_without(gemma, [chat(COPY, 160)])
+    assert accepted > 60
+    same_with_and_without(gemma, [chat(FREE, 64)])
+
+
+def test_cancelling_one_mid_draft_leaves_the_others_alone(tiny_qwen3: Path) -> None:
+    requests = [chat(COPY + f" ({i})", 80) for i in range(4)]
+    pool = pool_of(tiny_qwen3, "on")
+    try:
+        whole = answers(pool, requests)
+        cut = answers(pool, requests, cancel=1)
+    finally:
+        pool.close()
+    for i in (0, 2, 3):
+        assert cut[i][0] == whole[i][0]
+    assert len(cut[1][0]) < len(whole[1][0])
+
+
+def test_a_forced_call_parses_with_speculation(tiny_qwen3: Path) -> None:
+    """The call's fixed start is taken without sampling, the rest drafted
+    and verified under the grammar: one valid call."""
+    tool = ToolSpec(
+        "read_file",
+        "Read a file.",
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    )
+    request = replace(
+        chat("Read /etc/hostname, then /etc/hostname again.", 64),
+        tools=(tool,),
+        tool_choice=ToolChoice("tool", "read_file"),
+    )
+    pool = pool_of(tiny_qwen3, "on")
+    try:
+
+        async def run() -> list[ToolCallEnd]:
+            generation = await pool.submit(request)
+            return [e async for e in generation if isinstance(e, ToolCallEnd)]
+
+        calls = asyncio.run(run())
+    finally:
+        pool.close()
+    assert len(calls) == 1
+    assert isinstance(json.loads(calls[0].arguments).get("path"), str)
