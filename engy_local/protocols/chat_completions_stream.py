@@ -4,7 +4,7 @@
 chunks to send, as dicts; the transport writes each as `data: <json>`, ends
 the stream with `data: [DONE]` and fills quiet stretches with SSE comments.
 
-    start()         the first chunk: delta {"role": "assistant", "content": ""}
+    start()         the first chunk: delta {"role": "assistant", "content": null}
     process(event)  for each chat.Event
     keepalive()     nothing (an SSE comment is the transport's)
     fail(err)       a chunk {"error": {...}}; terminal
@@ -61,7 +61,9 @@ class CompletionStream:
         if self._started:
             return []
         self._started = True
-        return [self._chunk({"role": "assistant", "content": ""})]
+        # content null, as llama-server sends it: an answer that turns out
+        # to be only calls folds to content null, as render_completion says.
+        return [self._chunk({"role": "assistant", "content": None})]
 
     def keepalive(self) -> list[dict[str, Any]]:
         return self.start()

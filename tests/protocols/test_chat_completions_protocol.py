@@ -612,7 +612,7 @@ def deltas(chunks: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | Non
     return out
 
 
-ROLE = ({"role": "assistant", "content": ""}, None)
+ROLE = ({"role": "assistant", "content": None}, None)
 
 
 def test_stream_text_exact() -> None:
@@ -842,6 +842,15 @@ def test_sdk_stream_helper_accumulates() -> None:
     [choice] = final.choices
     assert choice.message.content == "Let me look."
     assert choice.finish_reason == "tool_calls"
+    only_calls = run_stream(
+        [ToolCallStart(0, "c1", "ls"), ToolCallEnd(0, "{}"), Finished("tool_call", USAGE)]
+    )
+    client = sdk_client(200, sse(only_calls), {"content-type": "text/event-stream"})
+    with client, client.chat.completions.stream(model="local-model", messages=HI) as stream:
+        for _ in stream:
+            pass
+        # content null, as in the non-streaming body
+        assert stream.get_final_completion().choices[0].message.content is None
     calls = choice.message.tool_calls or []
     assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
         ("c1", "ls", '{"d": "."}'),

@@ -110,7 +110,7 @@ def test_stream_on_the_wire(gemma_server: EngyServer) -> None:
     assert not any(line.startswith("event:") for line in lines)  # bare data lines
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert chunks[-1]["choices"][0] == {
         "index": 0,
         "delta": {},
