@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import llama_cpp
 import pytest
-from support.paths import CACHE
+from support.paths import CACHE, REPO
 from support.server import EngyServer, free_port
 
 from engy_local.commands.ps import fetch_status
@@ -31,8 +31,7 @@ from engy_local.errors import RPCError
 from engy_local.runtime import rpc
 from engy_local.runtime.rpc import Endpoint, parse_endpoints, parse_tensor_split
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "scripts" / "build_rpc_server.sh"
+BUILD = REPO / "scripts" / "build_rpc_server.sh"
 
 
 # ---- the option grammar, as tables ---------------------------------------------
