@@ -379,7 +379,10 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         )
 
     async def not_found(request: Request) -> Response:
-        raise NotFoundRoute(f"no route for {request.method} {request.url.path}")
+        # In the format of the API the path belongs to (GET /v1/chat/completions
+        # is an OpenAI client's mistake).
+        err = NotFoundRoute(f"no route for {request.method} {request.url.path}")
+        return _error_response(_protocol_of(request.url.path), err)
 
     routes = [
         Route("/v1/messages", endpoint("anthropic", messages), methods=["POST"]),

@@ -441,6 +441,11 @@ def test_bad_chat_completions_bodies_are_400_and_the_server_keeps_serving(
     assert ok.json()["choices"][0]["message"]["role"] == "assistant"
 
 
+def test_a_wrong_method_on_chat_completions_is_404_in_openais_format(http: httpx.Client) -> None:
+    body = assert_error(http.get("/v1/chat/completions"), 404, "/v1/chat/completions")
+    assert body["error"]["message"] == "no route for GET /v1/chat/completions"
+
+
 def test_chat_completions_unknown_model_is_404_naming_the_served(
     gpt: openai.OpenAI, model: str
 ) -> None:
