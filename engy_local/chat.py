@@ -103,6 +103,15 @@ class Sampling:
     top_p: float | None = None
     top_k: int | None = None
     stop: tuple[str, ...] = ()
+    seed: int | None = None  # the sampler's seed (0 .. 2^32-1); None: a random one
+
+
+@dataclass(frozen=True)
+class JsonOutput:
+    """The answer's text must be one JSON value following `schema` (a JSON
+    Schema); with no schema, any JSON object."""
+
+    schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,9 @@ class ChatRequest:
     # (Responses).
     overflow: Literal["shrink", "reject"] = "shrink"
     provider: Provider | None = None
+    # The answer is JSON (generation follows it as a grammar) when no tool
+    # can be called; None: free text.
+    json_output: JsonOutput | None = None
 
 
 # ---- the event stream -----------------------------------------------------

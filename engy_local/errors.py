@@ -100,6 +100,7 @@ class ModelNotFound(EngyError):
             message += f" (served here: {', '.join(served)}; `engy pull` adds more)"
         super().__init__(message)
         self.model = model
+        self.served = served
 
 
 class NotFoundRoute(EngyError):

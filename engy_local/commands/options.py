@@ -114,3 +114,7 @@ Url = Annotated[str, typer.Option("--url", help="The engy server")]
 Host = Annotated[str, typer.Option("--host", help="Address to bind", rich_help_panel=NETWORK)]
 Port = Annotated[int, typer.Option("--port", help="Port to listen on", rich_help_panel=NETWORK)]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON")]
+Verbose = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", help="Show llama.cpp's own log lines as models load"),
+]

@@ -26,6 +26,7 @@ from .options import (
     Rpc,
     ServerKey,
     Threads,
+    Verbose,
     console,
     gpu_layers,
     one_line_errors,
@@ -154,8 +155,10 @@ def serve(
         Optional[str],
         _opt("How much of the model each device takes, e.g. 3,1 (RPC workers, then GPUs)", RPC),
     ] = None,
+    verbose: Verbose = False,
 ) -> None:
-    """Serve a model on POST /v1/messages (Anthropic) and /v1/responses (OpenAI)."""
+    """Serve a model on POST /v1/messages (Anthropic), /v1/responses and
+    /v1/chat/completions (OpenAI)."""
     from ..runtime.rpc import parse_tensor_split
     from ..server.start import run_server
 
@@ -194,6 +197,7 @@ def serve(
             max_images=max_images,
             rpc=tuple(rpc or ()),
             tensor_split=parse_tensor_split(tensor_split),
+            verbose=verbose,
         )
         run_server(options, console)
 

@@ -1,7 +1,8 @@
 """The grammar of a forced tool call (tool_choice any / tool): under it the
 model can only write one well-formed call, in its family's own syntax, to
 one of the tools, with arguments that follow that tool's schema (as far as
-schema.py can say it).
+schema.py can say it). `json_answer_grammar` is the same for an answer
+that must be JSON (a response format): one value following its schema.
 
 Each tool's argument rules get a prefix (`t0-`, `t1-`, ...) so that tools
 compose into one grammar without name clashes. Families that write a tag
@@ -19,7 +20,7 @@ from ..chat import ToolSpec
 from ..errors import InvalidRequest
 from .families import Family, get
 from .gbnf import until
-from .schema import OBJECT, arguments_rules, small
+from .schema import OBJECT, arguments_rules, small, value_rules
 
 MAX_TOOL_GRAMMAR = 256 * 1024
 MAX_GRAMMAR = 4 * 1024 * 1024
@@ -47,17 +48,40 @@ def forced_call_grammar(
     elif chosen.call_rules is not None:
         roots = [_bounded_arguments(spec, f"t{i}-", rules, chosen) for i, spec in enumerate(specs)]
         chosen.call_rules([spec.name for spec in specs], roots, rules)
+    return _grammar(rules, "call", chosen, reasoning, "tools", "the forced call's grammar")
+
+
+def json_answer_grammar(
+    schema: dict[str, object] | None, family: Family, *, reasoning: bool = False
+) -> str:
+    """A grammar whose every sentence is one JSON value following `schema`
+    (None: any object), in plain JSON whatever the family's call notation.
+    A schema whose rules come out over MAX_TOOL_GRAMMAR characters takes
+    any object instead. `reasoning` as for `forced_call_grammar`."""
+    rules: dict[str, str] = {}
+    root = value_rules(OBJECT if schema is None else schema, "j-", rules)
+    if _size(rules) > MAX_TOOL_GRAMMAR:
+        rules = {}
+        root = value_rules(OBJECT, "j-", rules)
+    rules["answer"] = root
+    return _grammar(rules, "answer", family, reasoning, "response_format", "the JSON grammar")
+
+
+def _grammar(
+    rules: dict[str, str], start: str, family: Family, reasoning: bool, param: str, what: str
+) -> str:
+    """The rules with their root: `start`, after the reasoning block the
+    prompt opened when `reasoning`."""
     if reasoning:
-        rules.update(until(chosen.reasoning_end, "reasoning"))
-        rules["root"] = "reasoning-0 [ \\t\\n]? [ \\t\\n]? call"
+        rules.update(until(family.reasoning_end, "reasoning"))
+        rules["root"] = f"reasoning-0 [ \\t\\n]? [ \\t\\n]? {start}"
     else:
-        rules["root"] = "call"
+        rules["root"] = start
     grammar = "\n".join(f"{name} ::= {body}" for name, body in rules.items()) + "\n"
     if len(grammar) > MAX_GRAMMAR:
         raise InvalidRequest(
-            f"tools: the forced call's grammar would be {len(grammar)} characters, "
-            f"over the {MAX_GRAMMAR} limit",
-            param="tools",
+            f"{param}: {what} would be {len(grammar)} characters, over the {MAX_GRAMMAR} limit",
+            param=param,
         )
     return grammar
 

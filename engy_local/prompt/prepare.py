@@ -13,7 +13,7 @@ from typing import Protocol
 from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
 from .families import Family
-from .forced import forced_call_grammar
+from .forced import forced_call_grammar, json_answer_grammar
 from .gbnf import fixed_start
 from .images import PlacedImages, image_placeholder, images_of, place_images
 from .layout import first_token_at, layout, token_offsets
@@ -36,6 +36,7 @@ class SamplingParams:
     min_p: float = 0.05
     stop: tuple[str, ...] = ()
     grammar: str | None = None  # GBNF; constrains every sampled token
+    seed: int | None = None  # None: a random one
 
 
 class Media(Protocol):
@@ -109,6 +110,14 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
+def json_answer(request: ChatRequest) -> bool:
+    """Whether the answer is held to JSON by grammar: a response format was
+    asked for and no tool may be called (with tools on auto the model
+    chooses freely, and the format is not enforced)."""
+    no_tools = not request.tools or request.tool_choice.mode == "none"
+    return request.json_output is not None and no_tools
+
+
 def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool]:
     """The prompt text with its images, and whether tool calls are forced by
     grammar."""
@@ -120,8 +129,9 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool
         raise InvalidRequest(f"tool_choice: no tool named {choice.name!r}", param="tool_choice")
     forced = choice.mode in ("any", "tool") and bool(tools)
     extra: dict[str, object] = {}
-    # A forced call is constrained from the first token, so no thinking first.
-    thinking = False if forced else request.thinking
+    # A forced call or JSON answer is constrained from the first token, so
+    # no thinking first.
+    thinking = False if forced or json_answer(request) else request.thinking
     switch = model.template.thinking_switch
     if thinking is not None and model.family.thinking is not None:
         extra.update(model.family.thinking(thinking))
@@ -210,6 +220,10 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
             chosen = tuple(t for t in tools if t.name == choice.name)
         grammar = forced_call_grammar(chosen, family, reasoning=in_thinking)
         scaffold = _scaffold(model, tokens, text, grammar)
+    elif json_answer(request):
+        assert request.json_output is not None
+        schema = request.json_output.schema
+        grammar = json_answer_grammar(schema, family, reasoning=in_thinking)
     # The names the model may call (under a grammar, only those it allows);
     # as a mapping to each tool's parameters schema, so that families
     # writing a tag per parameter can type the values.
@@ -228,6 +242,7 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         top_k=DEFAULT_TOP_K if s.top_k is None else s.top_k,
         stop=s.stop,
         grammar=grammar,
+        seed=s.seed,
     )
     offsets = token_offsets(tokens, model)
     parts = layout(text, request.messages, tools)

@@ -1,5 +1,6 @@
-"""Image blocks of `/v1/messages`: the base64 source, and the per-request
-limits (`--max-image-bytes`, `--max-images`; over either is 413).
+"""Images in requests: `/v1/messages` image blocks with a base64 source,
+`/v1/chat/completions` `image_url` parts holding a base64 data URL, and the
+per-request limits (`--max-image-bytes`, `--max-images`; over either is 413).
 
 Pure: the data is checked to be base64 of a PNG, JPEG, GIF or WebP file
 here; whether the model can decode and see it is the engine's business.
@@ -58,19 +59,44 @@ def parse_image(block: dict[str, Any], path: str, limits: ImageLimits) -> Image:
             f"got {media_type!r}",
             f"{path}.source.media_type",
         )
-    text = "".join(f.string(source, "data", f"{path}.source.data").split())
-    try:
-        data = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+    data = f.string(source, "data", f"{path}.source.data")
+    return _checked(media_type, data, path, f"{path}.source.data", limits)
+
+
+def parse_data_url(url: str, path: str, field: str, limits: ImageLimits) -> Image:
+    """An image given as `data:image/png;base64,...` (`field` names where the
+    URL stood); a URL of any other scheme is 400, since nothing is fetched."""
+    head, comma, data = url.partition(",")
+    if not head.lower().startswith("data:") or not comma:
+        scheme = url.split(":", 1)[0] if ":" in url[:16] else "a path"
         raise InvalidRequest(
-            f"{path}.source.data: not valid base64", f"{path}.source.data"
-        ) from None
-    if len(data) > limits.max_image_bytes:
-        raise _too_big(path, len(data), limits)
-    if image_format(data) is None:
-        raise InvalidRequest(
-            f"{path}.source.data: not a PNG, JPEG, GIF or WebP image", f"{path}.source.data"
+            f"{field}: only base64 data URLs (data:image/png;base64,...) are supported, "
+            f"not {scheme}",
+            field,
         )
+    media_type, _, encoding = head[5:].partition(";")
+    media_type = media_type.lower().replace("image/jpg", "image/jpeg")  # a common misspelling
+    if encoding.lower() != "base64":
+        raise InvalidRequest(f"{field}: the data URL must be base64 (;base64,)", field)
+    if media_type not in MEDIA_TYPES:
+        raise InvalidRequest(
+            f"{field}: expected one of {', '.join(MEDIA_TYPES)}, got {media_type!r}", field
+        )
+    return _checked(media_type, data, path, field, limits)
+
+
+def _checked(media_type: str, data: str, path: str, field: str, limits: ImageLimits) -> Image:
+    """The image of base64 `data`, checked: valid base64, within the size
+    limit, a PNG, JPEG, GIF or WebP file."""
+    text = "".join(data.split())
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{field}: not valid base64", field) from None
+    if len(raw) > limits.max_image_bytes:
+        raise _too_big(path, len(raw), limits)
+    if image_format(raw) is None:
+        raise InvalidRequest(f"{field}: not a PNG, JPEG, GIF or WebP image", field)
     return Image(media_type, text, where=path)
 
 
@@ -98,4 +124,12 @@ def _too_big(path: str, size: int, limits: ImageLimits) -> RequestTooLarge:
     )
 
 
-__all__ = ["MAX_IMAGES", "MAX_IMAGE_BYTES", "MEDIA_TYPES", "ImageLimits", "check_count"]
+__all__ = [
+    "MAX_IMAGES",
+    "MAX_IMAGE_BYTES",
+    "MEDIA_TYPES",
+    "ImageLimits",
+    "check_count",
+    "parse_data_url",
+    "parse_image",
+]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
-from llama_cpp._logger import set_verbose
 
 from ..errors import ModelLoadError, NotGGUF
 from ..models.ggufmeta import read_metadata, trained_context
@@ -24,8 +24,10 @@ from .cpu import use_repacking
 from .devices import offload_devices
 from .vision import Projector
 
-# llama.cpp logs every load at length; keep errors only.
-set_verbose(False)
+_FUNCTION = re.compile(r"^\w+: ")  # how llama.cpp's log lines start
+# llama.cpp logs every load at length: into engy's log (llamalog), shown
+# only with --verbose.
+llamalog.install()
 llama_cpp.llama_backend_init()
 
 
@@ -116,11 +118,14 @@ class Model(Tokens):
         if options.tensor_split:
             split = (ctypes.c_float * llama_cpp.llama_max_devices())(*options.tensor_split)
             params.tensor_split = split
-        with llamalog.captured() as lines:
+        with llamalog.captured() as load:
             handle = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-        self.split = llamalog.parse_split("".join(lines))
+        self.split = llamalog.parse_split(load.text)
         if not handle:
-            raise ModelLoadError(f"could not load {path}: llama.cpp refused the file")
+            # The first error says why; the function name before it does not.
+            why = _FUNCTION.sub("", load.errors[0]) if load.errors else ""
+            said = f" ({why})" if why else ""
+            raise ModelLoadError(f"could not load {path}: llama.cpp refused the file{said}")
         self.handle = handle
         self.path = path
         self.gpu_layers = gpu_layers

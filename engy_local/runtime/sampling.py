@@ -33,6 +33,7 @@ def check_grammar(gbnf: str, root: str = "root") -> bool:
 
 class Sampler:
     def __init__(self, model: Model, params: SamplingParams, seed: int | None = None) -> None:
+        """`seed` (else the request's, `params.seed`; else a random one)."""
         self.n_vocab = model.n_vocab
         self.grammar = None
         if params.grammar is not None:
@@ -53,6 +54,7 @@ class Sampler:
             add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
             add(chain, llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
             add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
+            seed = params.seed if seed is None else seed
             seed = llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed
             add(chain, llama_cpp.llama_sampler_init_dist(seed))
         self.chain = chain

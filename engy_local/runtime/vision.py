@@ -34,14 +34,13 @@ from pathlib import Path
 
 import llama_cpp
 import llama_cpp.mtmd_cpp as mtmd
-from llama_cpp._logger import llama_log_callback
 
 from ..errors import InvalidRequest, ProjectorLoadError, ServerError, UndecodableImage
+from . import llamalog
 
-# mtmd logs every load at length; the same callback as llama.cpp's (errors
-# only, see model.py) keeps it quiet.
-mtmd.mtmd_log_set(llama_log_callback, ctypes.c_void_p(0))
-mtmd.mtmd_helper_log_set(llama_log_callback, ctypes.c_void_p(0))
+# mtmd logs every load at length: into engy's log too (llamalog).
+mtmd.mtmd_log_set(llamalog.callback, ctypes.c_void_p(0))
+mtmd.mtmd_helper_log_set(llamalog.callback, ctypes.c_void_p(0))
 
 MARKER: str = mtmd.mtmd_default_marker().decode("utf-8")
 

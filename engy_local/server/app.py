@@ -30,13 +30,14 @@ from ..errors import (
     EngyError,
     Forbidden,
     InvalidRequest,
+    ModelNotFound,
     NotFoundRoute,
     NoWorker,
     RequestTooLarge,
     ServerError,
     Unauthorized,
 )
-from ..protocols import anthropic, responses
+from ..protocols import anthropic, chat_completions, responses
 from ..protocols.anthropic_stream import MessageStream
 from ..protocols.images import ImageLimits
 from .guard import AccessMiddleware, AccessPolicy, key_matches
@@ -45,7 +46,9 @@ from .shutdown import Drain
 
 log = logging.getLogger("engy.server")
 
-Protocol_ = Literal["anthropic", "openai"]
+# Whose error format a route answers in: Anthropic's, or OpenAI's for
+# /v1/responses ("openai") and /v1/chat/completions ("chat").
+Protocol_ = Literal["anthropic", "openai", "chat"]
 
 # Bodies over this are refused with 413. Claude Code's and Codex's first
 # turns are about 50 KB; a long agent session stays well under this.
@@ -78,9 +81,15 @@ def _new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
 
 
+_ERROR_BODIES = {
+    "anthropic": anthropic.error_body,
+    "openai": responses.error_body,
+    "chat": chat_completions.error_body,
+}
+
+
 def _error_response(protocol: Protocol_, err: EngyError) -> Response:
-    render = anthropic.error_body if protocol == "anthropic" else responses.error_body
-    status, body, headers = render(err)
+    status, body, headers = _ERROR_BODIES[protocol](err)
     if protocol == "anthropic":
         body = {**body, "request_id": _new_id("req_")}
     return JSONResponse(body, status_code=status, headers=headers)
@@ -93,7 +102,29 @@ def _sse(events: list[dict[str, Any]]) -> bytes:
     )
 
 
+def _data(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(f"data: {json.dumps(e, ensure_ascii=False)}\n\n".encode() for e in events)
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How a protocol's stream events become SSE bytes: `encode` them,
+    write `idle` when a keep-alive has no event to send, `end` last."""
+
+    encode: Callable[[list[dict[str, Any]]], bytes] = _sse
+    idle: bytes = b""
+    end: bytes = b""
+
+
+# Messages and Responses name each event; Chat Completions sends bare data
+# lines and ends with [DONE] (after an error too, as vLLM does).
+NAMED_EVENTS = Framing()
+DATA_ONLY = Framing(_data, idle=b": keep-alive\n\n", end=b"data: [DONE]\n\n")
+
+
 def _protocol_of(path: str) -> Protocol_:
+    if path.startswith("/v1/chat/"):
+        return "chat"
     return "openai" if path.startswith("/v1/responses") else "anthropic"
 
 
@@ -152,9 +183,13 @@ async def _collect(request: Request, generation: Generation) -> Answer:
         watcher.cancel()
 
 
-def _stream(machine: StreamMachine, generation: Generation) -> StreamingResponse:
+def _stream(
+    machine: StreamMachine, generation: Generation, framing: Framing = NAMED_EVENTS
+) -> StreamingResponse:
+    encode = framing.encode
+
     async def body() -> AsyncIterator[bytes]:
-        yield _sse(machine.start())
+        yield encode(machine.start())
         last_write = time.monotonic()
         try:
             async for event in generation:
@@ -165,18 +200,24 @@ def _stream(machine: StreamMachine, generation: Generation) -> StreamingResponse
                     if time.monotonic() - last_write < KEEPALIVE_SECONDS:
                         continue
                     out = machine.keepalive()
+                    if not out and framing.idle:
+                        yield framing.idle
+                        last_write = time.monotonic()
+                        continue
                 else:
                     out = machine.process(event)
                 if out:
-                    yield _sse(out)
+                    yield encode(out)
                     last_write = time.monotonic()
         except EngyError as err:
-            yield _sse(machine.fail(err))
+            yield encode(machine.fail(err))
         except Exception as exc:  # the stream has begun: report, then close
             log.exception("stream failed")
-            yield _sse(machine.fail(ServerError(f"generation failed: {exc}")))
+            yield encode(machine.fail(ServerError(f"generation failed: {exc}")))
         finally:
             generation.cancel()  # the client may be gone: free the model
+        if framing.end:
+            yield framing.end
 
     headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
     return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
@@ -211,6 +252,10 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
                 if drain.started:
                     raise NoWorker("server is shutting down")
                 return await handler(request)
+            except ModelNotFound as err:
+                # Say what is served, so the client (or its user) can pick one.
+                served = err.served or tuple(m.id for m in backend.models())
+                return _error_response(protocol, ModelNotFound(err.model, served))
             except EngyError as err:
                 return _error_response(protocol, err)
             except Exception as exc:
@@ -261,6 +306,25 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         answer = await _collect(request, generation)
         return JSONResponse(
             responses.render_response(parsed, answer, response_id=response_id, created_at=created)
+        )
+
+    async def complete_chat(request: Request) -> Response:
+        parsed = chat_completions.parse_request(
+            await _read_json(request, settings.max_body_bytes), images=settings.images
+        )
+        backend.resolve(parsed.chat.model)
+        generation = tracked(await backend.submit(parsed.chat))
+        completion_id, created = _new_id("chatcmpl-"), int(time.time())
+        if parsed.stream:
+            machine = chat_completions.CompletionStream(
+                parsed, completion_id=completion_id, created=created
+            )
+            return _stream(machine, generation, DATA_ONLY)
+        answer = await _collect(request, generation)
+        return JSONResponse(
+            chat_completions.render_completion(
+                parsed, answer, completion_id=completion_id, created=created
+            )
         )
 
     async def count_response_tokens(request: Request) -> Response:
@@ -320,7 +384,10 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         )
 
     async def not_found(request: Request) -> Response:
-        raise NotFoundRoute(f"no route for {request.method} {request.url.path}")
+        # In the format of the API the path belongs to (GET /v1/chat/completions
+        # is an OpenAI client's mistake).
+        err = NotFoundRoute(f"no route for {request.method} {request.url.path}")
+        return _error_response(_protocol_of(request.url.path), err)
 
     routes = [
         Route("/v1/messages", endpoint("anthropic", messages), methods=["POST"]),
@@ -331,6 +398,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
             endpoint("openai", count_response_tokens),
             methods=["POST"],
         ),
+        Route("/v1/chat/completions", endpoint("chat", complete_chat), methods=["POST"]),
         Route("/v1/models", endpoint("anthropic", list_models), methods=["GET"]),
         Route("/", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
         Route("/api/hello", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),

@@ -51,6 +51,7 @@ class ServeOptions:
     max_images: int = MAX_IMAGES  # images in one request
     rpc: tuple[str, ...] = ()  # --rpc HOST:PORT,...: llama.cpp RPC workers as devices
     tensor_split: tuple[float, ...] = ()  # weights of the devices layers go to
+    verbose: bool = False  # show llama.cpp's own log lines (and engy's loads)
 
 
 def check_exposure(options: ServeOptions) -> None:

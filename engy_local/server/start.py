@@ -7,14 +7,32 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..backend import ModelInfo
 from ..protocols.images import ImageLimits
+from ..runtime import llamalog
 from ..runtime.cpu import guard_line
 from ..runtime.devices import offload_devices
+from ..upstream.routing import Served
 from .app import Settings, create_app
 from .backends import build_backend, upstream_specs
 from .guard import AccessPolicy
 from .options import ServeOptions, check_exposure
 from .shutdown import Drain, GracefulServer
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8642
+
+
+class ConsoleLog(logging.Handler):
+    """Log records as dim lines on the console, above its spinner."""
+
+    def __init__(self, console: Console, prefix: str = "") -> None:
+        super().__init__()
+        self.console = console
+        self.prefix = prefix
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = self.prefix + self.format(record)  # the message, and a traceback if any
+        self.console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
 
 
 def run_server(options: ServeOptions, console: Console) -> None:
@@ -29,27 +47,16 @@ def run_server(options: ServeOptions, console: Console) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
         requests_log.addHandler(handler)
         requests_log.propagate = False
+    if options.verbose:  # llama.cpp's own lines, and engy's loads and unloads
+        llamalog.log.addHandler(ConsoleLog(console, "llama.cpp "))
+        llamalog.log.setLevel(logging.DEBUG)
+        engy_log = logging.getLogger("engy")
+        engy_log.addHandler(ConsoleLog(console))
+        engy_log.setLevel(logging.INFO)
+        engy_log.propagate = False
     with console.status("loading model..."):
         backend = build_backend(options)
-    info = backend.info
-    url = f"http://{options.host}:{options.port}"
-    console.print(f"[bold]engy[/bold] serving [cyan]{info.id}[/cyan] ({Path(info.path).name})")
-    others = [m.id for m in backend.models() if m.id != info.id]
-    if others:
-        console.print(f"  also      {', '.join(others)} (loaded on first use)")
-    console.print(f"  backend   {info.backend}  (CPU: {guard_line()})")
-    for device in offload_devices(memory=True):
-        console.print(f"  device    {device.line()}", highlight=False, soft_wrap=True)
-    split = next((m.split for m in backend.status() if m.id == info.id), "")
-    if split:
-        console.print(f"  split     {split}", highlight=False, soft_wrap=True)
-    console.print(
-        f"  context   {info.context_length} tokens, {options.parallel} conversations at once"
-    )
-    for spec in upstream_specs(options) if options.upstream else ():
-        console.print(f"  upstream  {spec.url} ({spec.kind})", highlight=False)
-    console.print(f"  url       {url}  (POST /v1/messages, POST /v1/responses)")
-    console.print(f"  Claude Code: ANTHROPIC_BASE_URL={url} claude --model {info.id}")
+    print_banner(options, backend, console)
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
     limits = ImageLimits(options.max_image_bytes, options.max_images)
     app = create_app(Settings(api_key=options.api_key, access=access, images=limits), backend)
@@ -64,3 +71,52 @@ def run_server(options: ServeOptions, console: Console) -> None:
     finally:
         backend.close()
         console.print("engy stopped")
+
+
+def print_banner(options: ServeOptions, backend: Served, console: Console) -> None:
+    """What is served and how to use it. Lines fit 80 columns for the usual
+    names; a command or a value to copy stands alone at the end of its line
+    and is never broken (soft wrap: a longer one is one line the terminal
+    folds)."""
+    info = backend.info
+    url = f"http://{options.host}:{options.port}"
+
+    def line(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True)
+
+    console.print(
+        f"[bold]engy[/bold] serving [cyan]{info.id}[/cyan] ({Path(info.path).name})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    others = [m.id for m in backend.models() if m.id != info.id]
+    if others:
+        line(f"  also      {', '.join(others)} (loaded on first use)")
+    line(f"  backend   {info.backend}  (CPU: {guard_line()})")
+    for device in offload_devices(memory=True):
+        line(f"  device    {device.line()}")
+    split = next((m.split for m in backend.status() if m.id == info.id), "")
+    if split:
+        line(f"  split     {split}")
+    line(f"  context   {_context(info, options.parallel)}")
+    for spec in upstream_specs(options) if options.upstream else ():
+        line(f"  upstream  {spec.url} ({spec.kind})")
+    line(f"  url       {url}")
+    line("  APIs      POST /v1/messages, /v1/responses, /v1/chat/completions")
+    if options.api_key:
+        line("  key       required (x-api-key or Authorization: Bearer)")
+    where = ""
+    if options.host != DEFAULT_HOST:
+        where += f" --host {options.host}"
+    if options.port != DEFAULT_PORT:
+        where += f" --port {options.port}"
+    line("")
+    line(f"  Claude Code   engy launch claude{where}")
+    line(f"  Codex         engy launch codex{where}")
+    line(f"  other tools   base URL {url}/v1")
+    line(f"                model {info.id}")
+
+
+def _context(info: ModelInfo, parallel: int) -> str:
+    window = f"{info.context_length} tokens per conversation"
+    return window if parallel == 1 else f"{window}, {parallel} conversations at once"

@@ -95,6 +95,8 @@ def request_body(
     }
     if params.stop:
         body["stop"] = list(params.stop)
+    if params.seed is not None:  # both dialects call it seed
+        body["seed"] = params.seed
     if kind == "llamacpp":
         body |= {
             "n_predict": params.max_tokens,

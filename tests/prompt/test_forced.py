@@ -16,7 +16,8 @@ from llama_cpp.llama_grammar import LlamaGrammar
 from support.grammar import CLIENTS, FIXTURES, Vocab, captured_tools
 
 from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart, ToolSpec
-from engy_local.prompt.forced import forced_call_grammar
+from engy_local.prompt.families import get
+from engy_local.prompt.forced import forced_call_grammar, json_answer_grammar
 from engy_local.prompt.toolparse import HermesParser
 from engy_local.runtime.sampling import check_grammar
 
@@ -215,3 +216,61 @@ def test_random_sentences_are_valid_calls(vocab: Vocab, seed: int) -> None:
     assert not [e for e in events if isinstance(e, TextDelta)], text
     schema = {t.name: t.parameters for t in tools}[starts[0].name]
     jsonschema.validate(json.loads(ends[0].arguments), schema)
+
+
+# ---- a JSON answer (response_format) ------------------------------------------------
+
+PERSON: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "text", "ok"),
+    [
+        (None, '{"any": [1, {"x": null}]}', True),
+        (None, "{}", True),
+        (None, "[1]", False),  # json_object: an object
+        (None, "Sure: {}", False),
+        (None, "```json\n{}\n```", False),
+        (None, '{"a": 1} and more', False),
+        (PERSON, '{"name": "Ann", "age": 7}', True),
+        (PERSON, '{"name": "Ann", "age": 7, "tags": ["b", "a"]}', True),
+        (PERSON, '{"name": "Ann"}', False),  # age is required
+        (PERSON, '{"name": "Ann", "age": "7"}', False),
+        (PERSON, '{"name": "Ann", "age": 7, "x": 1}', False),
+        (PERSON, '{"name": "Ann", "age": 7, "tags": ["c"]}', False),
+        (PERSON, '{"name": "Annabelle-Maria", "age": 7}', False),  # maxLength
+        ({"type": "array", "items": {"type": "number"}}, "[1, 2.5, -3]", True),
+        ({"type": "array", "items": {"type": "number"}}, '["1"]', False),
+    ],
+)
+def test_json_answer_grammar_accepts_exactly_the_schema(
+    vocab: Vocab, schema: dict[str, Any] | None, text: str, ok: bool
+) -> None:
+    gbnf = json_answer_grammar(schema, get("hermes"))
+    assert check_grammar(gbnf)
+    assert vocab.accepts(gbnf, text) is ok
+
+
+def test_json_answer_after_reasoning_and_in_plain_json_for_every_family(vocab: Vocab) -> None:
+    gbnf = json_answer_grammar(PERSON, get("hermes"), reasoning=True)
+    assert vocab.accepts(gbnf, 'Hm.</think>\n{"name": "A", "age": 1}')
+    assert not vocab.accepts(gbnf, '{"name": "A", "age": 1}')
+    # Gemma 4 writes calls in its own notation; an answer is still JSON.
+    assert vocab.accepts(json_answer_grammar(PERSON, get("gemma4")), '{"name": "A", "age": 1}')
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_json_answer_random_sentences_validate(vocab: Vocab, seed: int) -> None:
+    text = vocab.random_sentence(json_answer_grammar(PERSON, get("hermes")), random.Random(seed))
+    if text is None:
+        pytest.skip("the random walk did not finish")
+    jsonschema.validate(json.loads(text), PERSON)

@@ -91,6 +91,39 @@ RESPONSES_PATHS = [
     ("max_output_tokens",), ("temperature",), ("top_p",), ("parallel_tool_calls",),
     ("stream",), ("reasoning",), ("text",), ("metadata",), ("provider",), ("extra_field",),
 ]  # fmt: skip
+CHAT_BASE: dict[str, Any] = {
+    "model": "MODEL",
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Read /a."}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "read", "parameters": SCHEMA}}],
+    "tool_choice": "auto",
+    "max_tokens": 2,
+    "temperature": 0.5,
+    "stream": False,
+}
+CHAT_PATHS = [
+    ("model",), ("messages",), ("messages", 0), ("messages", 0, "role"),
+    ("messages", 0, "content"), ("messages", 1, "content"), ("messages", 1, "content", 0),
+    ("messages", 1, "content", 0, "type"), ("messages", 1, "content", 0, "text"),
+    ("messages", 2, "tool_calls"), ("messages", 2, "tool_calls", 0, "function"),
+    ("messages", 2, "tool_calls", 0, "function", "arguments"), ("messages", 2, "content"),
+    ("messages", 3, "tool_call_id"), ("messages", 3, "content"), ("tools",),
+    ("tools", 0, "type"), ("tools", 0, "function"), ("tools", 0, "function", "name"),
+    ("tools", 0, "function", "parameters"), ("tool_choice",), ("max_tokens",),
+    ("max_completion_tokens",), ("temperature",), ("top_p",), ("seed",), ("stop",), ("n",),
+    ("stream",), ("stream_options",), ("response_format",), ("parallel_tool_calls",),
+    ("provider",), ("extra_field",),
+]  # fmt: skip
 
 
 def mutate(base: dict[str, Any], edits: list[tuple[tuple[Any, ...], Any]]) -> Any:
@@ -152,6 +185,13 @@ def check(client: httpx.Client, path: str, body: Any, model: str) -> None:
     assert r.status_code < 500, (r.status_code, data[:500], raw[:500])
     if r.headers.get("content-type", "").startswith("text/event-stream"):
         text = data.decode()
+        if path == "/v1/chat/completions":  # data lines; a finish or an error, then [DONE]
+            lines = [line for line in text.splitlines() if line.startswith("data: ")]
+            assert lines[-1] == "data: [DONE]", text[-500:]
+            last_chunk = json.loads(lines[-2][6:])
+            finished = [c.get("finish_reason") for c in last_chunk.get("choices", [])]
+            assert "error" in last_chunk or any(finished) or "usage" in last_chunk, text[-500:]
+            return
         last = [line for line in text.splitlines() if line.startswith("event: ")][-1]
         ends = (
             ("event: message_stop", "event: error")
@@ -166,7 +206,7 @@ def check(client: httpx.Client, path: str, body: Any, model: str) -> None:
         return
     answer = json.loads(data)
     if r.status_code >= 400:
-        if path.startswith("/v1/responses"):
+        if path.startswith(("/v1/responses", "/v1/chat/")):
             assert set(answer) == {"error"} and isinstance(answer["error"]["message"], str)
             assert {"type", "param", "code"} <= set(answer["error"])
         else:
@@ -195,8 +235,17 @@ def test_fuzzed_responses_bodies(client: httpx.Client, model: str, body: Any) ->
     check(client, "/v1/responses", body, model)
 
 
+@FUZZ
+@given(body=bodies(CHAT_BASE, CHAT_PATHS))
+def test_fuzzed_chat_completions_bodies(client: httpx.Client, model: str, body: Any) -> None:
+    check(client, "/v1/chat/completions", body, model)
+
+
 @settings(max_examples=60, deadline=None, database=None)
-@given(raw=st.binary(max_size=64), path=st.sampled_from(["/v1/messages", "/v1/responses"]))
+@given(
+    raw=st.binary(max_size=64),
+    path=st.sampled_from(["/v1/messages", "/v1/responses", "/v1/chat/completions"]),
+)
 def test_fuzzed_raw_bytes(client: httpx.Client, raw: bytes, path: str) -> None:
     r = client.post(path, content=raw)
     assert r.status_code == 400, r.text
@@ -207,3 +256,5 @@ def test_the_server_still_answers(client: httpx.Client, model: str) -> None:
     assert client.post("/v1/messages", json=body).status_code == 200
     body = {"model": model, "input": "hi"}
     assert client.post("/v1/responses", json=body).status_code == 200
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    assert client.post("/v1/chat/completions", json=body).status_code == 200

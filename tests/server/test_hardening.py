@@ -32,6 +32,7 @@ ROUTES = [
     ("POST", "/v1/messages/count_tokens"),
     ("POST", "/v1/responses"),
     ("POST", "/v1/responses/input_tokens"),
+    ("POST", "/v1/chat/completions"),
     ("GET", "/v1/models"),
     ("GET", "/metrics"),
     ("HEAD", "/"),
@@ -89,7 +90,7 @@ def assert_error(r: httpx.Response, status: int, path: str) -> dict[str, Any]:
     if r.request.method == "HEAD":
         return {}
     body: dict[str, Any] = r.json()
-    if path.startswith("/v1/responses"):
+    if path.startswith(("/v1/responses", "/v1/chat/")):  # OpenAI's format
         assert set(body) == {"error"}
         assert {"message", "type", "param", "code"} <= set(body["error"])
     else:
@@ -170,6 +171,9 @@ def test_the_sdks_still_work(claude: anthropic.Anthropic, gpt: openai.OpenAI, mo
     )
     assert msg.stop_reason == "max_tokens"
     assert gpt.responses.create(model=model, input="hi", max_output_tokens=16).status
+    done = gpt.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    assert done.choices[0].finish_reason == "length"  # --max-output-tokens 4
+    assert done.usage is not None and done.usage.completion_tokens == 4
 
 
 # ---- keys and exposure ----------------------------------------------------------------
@@ -258,15 +262,18 @@ def nested(depth: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize("path", ["/v1/messages", "/v1/responses", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize(
+    "path", ["/v1/messages", "/v1/responses", "/v1/messages/count_tokens", "/v1/chat/completions"]
+)
 def test_deep_nesting_is_400(http: httpx.Client, path: str) -> None:
     raw = b"[" * 100_000 + b"]" * 100_000
     body = assert_error(http.post(path, content=raw), 400, path)
     assert "nested deeper than 64" in json.dumps(body)
     deep_schema = {"type": "object", "properties": {"a": nested(600)}}
     tools = [{"name": "t", "input_schema": deep_schema, "parameters": deep_schema}]
-    r = http.post(path, json={"model": "m", "max_tokens": 1, "input": "x", "tools": tools})
-    assert_error(r, 400, path)
+    tools += [{"type": "function", "function": {"name": "f", "parameters": deep_schema}}]
+    body = {"model": "m", "max_tokens": 1, "input": "x", "messages": [], "tools": tools}
+    assert_error(http.post(path, json=body), 400, path)
 
 
 def messages_body(model: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -338,6 +345,125 @@ def test_bad_responses_fields_are_400(
     raw = json.dumps(body, allow_nan=True)
     r = http.post("/v1/responses", content=raw, headers={"content-type": "application/json"})
     assert_error(r, 400, "/v1/responses")
+
+
+HI = [{"role": "user", "content": "hi"}]
+PNG_URL = "data:image/png;base64,iVBORw0KGgo="  # a PNG's signature, not an image
+BAD_CHAT = [
+    ("no body", None),
+    ("max_tokens huge", {"max_tokens": 10**30}),
+    ("max_completion_tokens string", {"max_completion_tokens": "8"}),
+    ("max_tokens zero", {"max_tokens": 0}),
+    ("temperature NaN", {"temperature": float("nan")}),
+    ("temperature infinite", {"temperature": float("inf")}),
+    ("top_p over 1", {"top_p": 1.5}),
+    ("seed huge", {"seed": 2**40}),
+    ("n 2", {"n": 2}),
+    ("stream string", {"stream": "yes"}),
+    ("stream_options list", {"stream_options": []}),
+    ("messages a string", {"messages": "hi"}),
+    ("messages empty", {"messages": []}),
+    ("role unknown", {"messages": [{"role": "function", "content": "x"}]}),
+    ("content number", {"messages": [{"role": "user", "content": 5}]}),
+    (
+        "part text number",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+    ),
+    ("audio part", {"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}),
+    (
+        "image by https URL",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "https://e.x/a.png"}}],
+                }
+            ]
+        },
+    ),
+    (
+        "image on a model without a projector",
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG_URL}}]}
+            ]
+        },
+    ),
+    ("tool without its call id", {"messages": [*HI, {"role": "tool", "content": "x"}]}),
+    (
+        "call arguments a number",
+        {
+            "messages": [
+                *HI,
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": 5}}],
+                },
+            ]
+        },
+    ),
+    ("tools object", {"tools": {}}),
+    ("function without a name", {"tools": [{"type": "function", "function": {}}]}),
+    ("tool_choice unknown", {"tool_choice": "any"}),
+    ("tool_choice required without tools", {"tool_choice": "required"}),
+    (
+        "tool_choice names no offered function",
+        {
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "g"}},
+        },
+    ),
+    ("stop numbers", {"stop": [1]}),
+    ("response_format unknown", {"response_format": {"type": "yaml"}}),
+    ("json_schema missing", {"response_format": {"type": "json_schema"}}),
+    ("provider only numbers", {"provider": {"only": [1]}}),
+    (
+        "over the window",
+        {"max_tokens": 10_000_000, "messages": [{"role": "user", "content": "hi " * 5000}]},
+    ),
+]
+
+
+@pytest.mark.parametrize("fields", [c[1] for c in BAD_CHAT], ids=[c[0] for c in BAD_CHAT])
+def test_bad_chat_completions_bodies_are_400_and_the_server_keeps_serving(
+    http: httpx.Client, model: str, fields: dict[str, Any] | None
+) -> None:
+    if fields is None:
+        raw = "not json"
+    else:
+        raw = json.dumps({"model": model, "messages": HI, **fields}, allow_nan=True)
+    headers = {"content-type": "application/json"}
+    r = http.post("/v1/chat/completions", content=raw, headers=headers)
+    body = assert_error(r, 400, "/v1/chat/completions")
+    assert body["error"]["type"] == "invalid_request_error"
+    ok = http.post("/v1/chat/completions", json={"model": model, "messages": HI})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_a_wrong_method_on_chat_completions_is_404_in_openais_format(http: httpx.Client) -> None:
+    body = assert_error(http.get("/v1/chat/completions"), 404, "/v1/chat/completions")
+    assert body["error"]["message"] == "no route for GET /v1/chat/completions"
+
+
+def test_chat_completions_unknown_model_is_404_naming_the_served(
+    gpt: openai.OpenAI, model: str
+) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        gpt.chat.completions.create(model="test", messages=HI)  # type: ignore[arg-type]
+    assert info.value.code == "model_not_found" and info.value.param == "model"
+    assert f"model not found: test (served here: {model}; `engy pull` adds more)" in str(info.value)
+
+
+def test_chat_completions_is_counted_and_logged(
+    http: httpx.Client, server: EngyServer, model: str
+) -> None:
+    assert http.post("/v1/chat/completions", json={"model": model, "messages": HI}).is_success
+    text = http.get("/metrics").text
+    assert 'engy_requests_total{endpoint="/v1/chat/completions",status="200"}' in text
+    assert 'engy_requests_total{endpoint="/v1/chat/completions",status="400"}' in text
+    # The same per-request line as the other endpoints (model, sequence, tokens).
+    assert any("seq=" in line and "stop=length" in line for line in server.output().splitlines())
 
 
 def test_responses_over_the_window_is_400_whatever_the_cap(http: httpx.Client, model: str) -> None:

@@ -229,3 +229,50 @@ def test_a_text_only_model_refuses_images(answer_server: EngyServer) -> None:
     status, kind, message = error(r)
     assert (status, kind) == (400, "invalid_request_error")
     assert "does not support images" in message
+
+
+# ---- /v1/chat/completions: image_url parts with a data URL ---------------------------
+
+
+def data_url(rgb: tuple[int, int, int], size: int = 32) -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + b64(png(rgb, size))},
+    }
+
+
+@pytest.mark.parametrize(("colour", "word"), [(RED, " red"), (BLUE, " blue")])
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_chat_completions_sees_data_url_images(
+    server: EngyServer, model_id: str, colour: tuple[int, int, int], word: str, stream: bool
+) -> None:
+    import openai
+
+    content: Any = [{"type": "text", "text": "What colour?"}, data_url(colour)]
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as gpt:
+        kwargs: Any = {
+            "model": model_id,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": 8,
+        }
+        if stream:
+            chunks = gpt.chat.completions.create(**kwargs, stream=True)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            text = gpt.chat.completions.create(**kwargs).choices[0].message.content or ""
+    assert text == word
+
+
+def test_chat_completions_image_limits_and_urls(server: EngyServer, model_id: str) -> None:
+    url = server.url + "/v1/chat/completions"
+
+    def status(*parts: Any) -> tuple[int, dict[str, Any]]:
+        messages = [{"role": "user", "content": list(parts)}]
+        r = http.post(url, json={"model": model_id, "messages": messages, "max_tokens": 2})
+        return r.status_code, r.json()
+
+    code, body = status(*[data_url(RED)] * (MAX_IMAGES + 1))
+    assert code == 413 and body["error"]["code"] == "request_too_large"
+    code, body = status({"type": "image_url", "image_url": {"url": "https://x.example/a.png"}})
+    assert code == 400 and body["error"]["param"] == "messages[0].content[0].image_url.url"
+    assert "only base64 data URLs" in body["error"]["message"]

@@ -23,7 +23,8 @@ GRACE = 2.0
 
 def stream_events(url: str, path: str, body: dict[str, Any], started: threading.Event) -> list[Any]:
     """Every SSE event of one streaming request, as (event, data); sets
-    `started` once the model has written something."""
+    `started` once the model has written something. Chat Completions names
+    no events: its chunks come as ("chunk", data), its end as ("[DONE]", None)."""
     events: list[Any] = []
     try:
         with httpx.stream("POST", url + path, json=body, timeout=120) as r:
@@ -32,9 +33,15 @@ def stream_events(url: str, path: str, body: dict[str, Any], started: threading.
             for line in r.iter_lines():
                 if line.startswith("event: "):
                     name = line[7:]
+                elif line == "data: [DONE]":
+                    events.append(("[DONE]", None))
                 elif line.startswith("data: "):
-                    events.append((name, json.loads(line[6:])))
-                    if name in ("content_block_delta", "response.output_text.delta"):
+                    data = json.loads(line[6:])
+                    events.append((name or "chunk", data))
+                    content = [c["delta"].get("content") for c in data.get("choices", [])]
+                    if name in ("content_block_delta", "response.output_text.delta") or any(
+                        content
+                    ):
                         started.set()
     except httpx.HTTPError as exc:  # the connection went away without an end
         events.append(("transport", str(exc)))
@@ -51,12 +58,16 @@ def long_streams(model: str) -> list[tuple[str, dict[str, Any]]]:
             "/v1/responses",
             {"model": model, "max_output_tokens": 3000, "stream": True, "input": "A story."},
         ),
+        (
+            "/v1/chat/completions",
+            {"model": model, "max_tokens": 3000, "stream": True, "messages": hi},
+        ),
     ]
 
 
 def start_streams(server: EngyServer) -> tuple[list[threading.Thread], list[list[Any]]]:
     model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
-    results: list[list[Any]] = [[] for _ in range(3)]
+    results: list[list[Any]] = [[] for _ in long_streams(model)]
     threads = []
     for i, (path, body) in enumerate(long_streams(model)):
         started = threading.Event()
@@ -79,6 +90,15 @@ def start_streams(server: EngyServer) -> tuple[list[threading.Thread], list[list
 def terminal(path: str, events: list[Any]) -> tuple[str, Any]:
     assert events, "no events"
     name, data = events[-1]
+    if path == "/v1/chat/completions":  # an error chunk, then [DONE]
+        assert name == "[DONE]" and len(events) >= 2, events[-3:]
+        name, data = events[-2]
+        if "error" in data:
+            assert data["error"]["code"] == "server_is_overloaded"
+            assert "shutting down" in data["error"]["message"]
+            return "error chunk", data
+        assert data["choices"][0]["finish_reason"] is not None, events[-3:]
+        return "finished", data
     if path == "/v1/messages":
         assert name in ("message_stop", "error"), events[-3:]
         if name == "error":
@@ -117,7 +137,7 @@ def test_sigterm_with_three_streams_in_flight(tiny_qwen3: Path) -> None:
         for (path, _), events in zip(long_streams("m"), results, strict=True)
     ]
     # 3000 tokens take far longer than the grace: the drain ended them.
-    assert names == ["error", "error", "response.failed"], names
+    assert names == ["error", "error", "response.failed", "error chunk"], names
     assert "engy stopped" in server.output()
 
 

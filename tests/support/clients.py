@@ -129,3 +129,54 @@ def base_env(home: Path) -> dict[str, str]:
     env["HOME"] = str(home)
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     return env
+
+
+# ---- Chat Completions clients: opencode and Continue's CLI --------------------------
+
+OPENCODE = "opencode-ai@1.18.33"
+CONTINUE = "@continuedev/cli@1.5.47"
+CHAT_NPM_DIR = CACHE / "npm-chat"
+
+
+@dataclass(frozen=True)
+class ChatClients:
+    opencode: Path
+    cn: Path
+
+
+@pytest.fixture(scope="session")
+def chat_clients() -> ChatClients:
+    """opencode and Continue's `cn`, installed once from the npm registry
+    into CACHE/npm-chat (opencode's install script puts its platform's
+    binary in place)."""
+    bins = CHAT_NPM_DIR / "node_modules" / ".bin"
+    found = ChatClients(opencode=bins / "opencode", cn=bins / "cn")
+
+    def version(package: str) -> str:
+        manifest = CHAT_NPM_DIR / "node_modules" / package / "package.json"
+        try:
+            got: str = json.loads(manifest.read_text())["version"]
+        except (OSError, ValueError, KeyError):
+            return ""
+        return got
+
+    pinned = (
+        version("opencode-ai") == OPENCODE.rsplit("@", 1)[1]
+        and version("@continuedev/cli") == CONTINUE.rsplit("@", 1)[1]
+    )
+    if found.opencode.exists() and found.cn.exists() and pinned:
+        return found
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: cannot install opencode and Continue from npm")
+    CHAT_NPM_DIR.mkdir(parents=True, exist_ok=True)
+    install = ["install", "--prefix", str(CHAT_NPM_DIR), "--no-audit", "--no-fund"]
+    r = subprocess.run(
+        [npm, *install, OPENCODE, CONTINUE],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, f"npm install failed:\n{r.stdout}\n{r.stderr}"
+    assert found.opencode.exists() and found.cn.exists(), r.stdout + r.stderr
+    return found

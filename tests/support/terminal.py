@@ -95,3 +95,39 @@ def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
     yield opened
     for t in opened:
         t.close()
+
+
+def serve_banner(*args: str, home: Path, until: str, columns: int = 80) -> str:
+    """`engy serve ARGS` in a pseudo-terminal `columns` wide: everything it
+    wrote until `until` appeared, then Ctrl-C; cleaned of escapes, each
+    carriage return (the spinner redrawing) a line break."""
+    env = dict(os.environ)
+    env.update(ENGY_HOME=str(home), TERM="xterm-256color", LANG="C.UTF-8", COLUMNS=str(columns))
+    env.pop("ENGY_API_KEY", None)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "engy_local", "serve", *args],
+        cwd=str(REPO),
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        dimensions=(40, columns),
+        timeout=WAIT,
+    )
+    seen: list[str] = []
+    try:
+        child.expect_exact(until)
+        seen.append(str(child.before) + until)
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        seen.append(str(child.before))
+    finally:
+        if child.isalive():
+            child.terminate(force=True)
+        child.close()
+    raw = "".join(seen)
+    return (
+        re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()=>][0-9A-Za-z]?|\x08", "", raw)
+        .replace("\r\n", "\n")
+        .replace("\r", "\n")
+    )

@@ -125,6 +125,10 @@ def test_request_bodies_carry_ids_grammar_and_cache() -> None:
     assert oai["skip_special_tokens"] is False
     assert oai["structured_outputs"] == {"grammar": "root ::= x"}
     assert oai["stop"] == ["END"] and oai["stream_options"] == {"include_usage": True}
+    assert "seed" not in oai and "seed" not in native  # none asked for: the engine's own
+    seeded = SamplingParams(max_tokens=7, seed=42)
+    assert request_body("llamacpp", [1], seeded, None)["seed"] == 42
+    assert request_body("openai", [1], seeded, "m")["seed"] == 42
 
 
 @pytest.mark.parametrize(
