@@ -146,10 +146,14 @@ class Usage:
 @dataclass(frozen=True)
 class Started:
     """The request left the queue and owns the model; prompt processing
-    starts now. Carries the exact prompt size."""
+    starts now. Carries the exact prompt size. `miss`: when part of the
+    prompt could not be read from cache, where it diverged from the best
+    cached prefix, in a few words ("token 1234 of 5210, in system[0]");
+    empty when it was read in full or nothing was cached."""
 
     prompt_tokens: int
     cached_tokens: int
+    miss: str = ""
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,20 @@ class ModelPool:
             loaded.last_used = time.monotonic()
         return generation
 
+    def load(self, model_id: str) -> ModelInfo:
+        """Load `model_id` as a request for it would (`backend.Manages`)."""
+        return self._instance(self._find(model_id)).info
+
+    def unload(self, model_id: str) -> bool:
+        """Unload `model_id` if it is loaded and idle (`backend.Manages`)."""
+        served = self._find(model_id)
+        with self._lock:
+            loaded = self._loaded.get(served.id)
+            if loaded is None or not loaded.worker.idle():
+                return False
+            self._unload(served.id)
+            return True
+
     def close(self) -> None:
         self._closed.set()
         with self._lock:
