@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from support import ggufs
 import pytest
+
+from support import ggufs
 
 llama_cpp = pytest.importorskip("llama_cpp")
 jsonschema = pytest.importorskip("jsonschema")
