@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..backend import Generation
 from ..chat import Event, Finished, Started, TextDelta, ThinkingDelta, ToolCallStart
 from ..errors import NoWorker
+from .activity import Entry
 from .shutdown import Drain
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -155,13 +156,17 @@ class Tracked:
     """A generation, counted in `metrics` and ended by `drain`: once the
     shutdown grace period is over, iterating it raises `NoWorker` (503,
     `overloaded_error` / `server_is_overloaded`), which the transport turns
-    into the protocol's terminal error."""
+    into the protocol's terminal error. `entry`, when given, is the
+    request's row in the page's record (`activity`): it sees every event."""
 
-    def __init__(self, inner: Generation, metrics: Metrics, drain: Drain) -> None:
+    def __init__(
+        self, inner: Generation, metrics: Metrics, drain: Drain, entry: Entry | None = None
+    ) -> None:
         self.inner = inner
         self.prompt_tokens = inner.prompt_tokens
         self.metrics = metrics
         self.drain = drain
+        self.entry = entry
 
     def cancel(self) -> None:
         self.inner.cancel()
@@ -170,7 +175,7 @@ class Tracked:
         return getattr(self.inner, name)  # whatever else the backend's generation offers
 
     async def __aiter__(self) -> AsyncIterator[Event]:
-        m = self.metrics
+        m, entry = self.metrics, self.entry
         submitted = time.monotonic()
         first: float | None = None
         state = "waiting"
@@ -201,8 +206,16 @@ class Tracked:
                     elapsed = time.monotonic() - (first or submitted)
                     if u.output_tokens > 1 and elapsed > 0:
                         m.speed.observe((u.output_tokens - 1) / elapsed)
+                if entry is not None:
+                    entry.event(event)
                 yield event
+        except BaseException as exc:  # an error, or the consumer went away
+            if entry is not None:
+                entry.fail(exc)
+            raise
         finally:
+            if entry is not None:
+                entry.close()
             expired.cancel()
             if state == "waiting":
                 m.waiting -= 1
