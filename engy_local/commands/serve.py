@@ -128,6 +128,10 @@ def serve(
         int, _opt("Largest image one request may send (413 over)", VISION)
     ] = 5 * 1024 * 1024,
     max_images: Annotated[int, _opt("Images one request may send (413 over)", VISION, min=0)] = 100,
+    open_page: Annotated[
+        bool,
+        _opt("Open the page (requests, models, chat) in a browser", NETWORK, "--open"),
+    ] = False,
     rpc: Rpc = None,
     tensor_split: Annotated[
         Optional[str],
@@ -169,6 +173,7 @@ def serve(
             max_images=max_images,
             rpc=tuple(rpc or ()),
             tensor_split=parse_tensor_split(tensor_split),
+            open_page=open_page,
         )
         run_server(options, console)
 

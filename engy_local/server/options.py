@@ -43,6 +43,7 @@ class ServeOptions:
     max_images: int = MAX_IMAGES  # images in one request
     rpc: tuple[str, ...] = ()  # --rpc HOST:PORT,...: llama.cpp RPC workers as devices
     tensor_split: tuple[float, ...] = ()  # weights of the devices layers go to
+    open_page: bool = False  # --open: open the page in the browser once serving
 
 
 def check_exposure(options: ServeOptions) -> None:

@@ -11,9 +11,10 @@ from ..protocols.images import ImageLimits
 from ..runtime.cpu import guard_line
 from ..runtime.devices import offload_devices
 from .app import Settings, create_app
-from .backends import build_backend, upstream_specs
+from .backends import build_backend, store_hooks, upstream_specs
 from .guard import AccessPolicy
 from .options import ServeOptions, check_exposure
+from .page import open_when_ready
 from .shutdown import Drain, GracefulServer
 
 
@@ -49,16 +50,21 @@ def run_server(options: ServeOptions, console: Console) -> None:
     for spec in upstream_specs(options) if options.upstream else ():
         console.print(f"  upstream  {spec.url} ({spec.kind})", highlight=False)
     console.print(f"  url       {url}  (POST /v1/messages, POST /v1/responses)")
+    console.print(f"  page      {url}/  (requests, sessions, models, chat)", highlight=False)
     console.print(f"  Claude Code: ANTHROPIC_BASE_URL={url} claude --model {info.id}")
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
     limits = ImageLimits(options.max_image_bytes, options.max_images)
-    app = create_app(Settings(api_key=options.api_key, access=access, images=limits), backend)
+    hooks = store_hooks(backend, options)
+    settings = Settings(api_key=options.api_key, access=access, images=limits, store=hooks)
+    app = create_app(settings, backend)
     drain: Drain = app.state.drain
     # ws="none": a WebSocket upgrade reaches the app as plain HTTP and
     # gets 426, on which Codex falls back to HTTP at once.
     config = uvicorn.Config(
         app, host=options.host, port=options.port, log_level="warning", ws="none"
     )
+    if options.open_page:
+        open_when_ready(url)
     try:
         GracefulServer(config, drain, options.shutdown_grace).run()
     finally:
