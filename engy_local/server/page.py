@@ -82,9 +82,19 @@ def _file(name: str) -> bytes:
     return (resources.files("engy_local.server") / "static" / name).read_bytes()
 
 
+def page_url(host: str, port: int) -> str:
+    """Where a browser on this machine finds the page: a server bound to
+    every address is opened on 127.0.0.1, whose origin the guard accepts."""
+    if host in ("0.0.0.0", "::", "[::]", ""):
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def open_when_ready(url: str, timeout: float = 60.0) -> None:
-    """`engy serve --open`: open the page in the browser once the server
-    answers (on a thread of its own; gives up quietly)."""
+    """`engy serve --open`: open the page at `url` in the browser once the
+    server answers (on a thread of its own; gives up quietly)."""
 
     def wait_and_open() -> None:
         deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from .app import Settings, create_app
 from .backends import build_backend, store_hooks, upstream_specs
 from .guard import AccessPolicy
 from .options import ServeOptions, check_exposure
-from .page import open_when_ready
+from .page import open_when_ready, page_url
 from .shutdown import Drain, GracefulServer
 
 
@@ -64,7 +64,7 @@ def run_server(options: ServeOptions, console: Console) -> None:
         app, host=options.host, port=options.port, log_level="warning", ws="none"
     )
     if options.open_page:
-        open_when_ready(url)
+        open_when_ready(page_url(options.host, options.port))
     try:
         GracefulServer(config, drain, options.shutdown_grace).run()
     finally:

@@ -70,7 +70,11 @@ def model_of(server: EngyServer) -> str:
 
 
 def claude_turn(
-    server: EngyServer, system: list[dict[str, Any]], messages: list[Any], tools: bool = True
+    server: EngyServer,
+    system: list[dict[str, Any]],
+    messages: list[Any],
+    tools: bool = True,
+    session: str = SESSION,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model_of(server),
@@ -78,13 +82,15 @@ def claude_turn(
         "system": system,
         "messages": messages,
         "metadata": {
-            "user_id": json.dumps({"device_id": "d", "account_uuid": "", "session_id": SESSION})
+            "user_id": json.dumps({"device_id": "d", "account_uuid": "", "session_id": session})
         },
     }
     if tools:
         body["tools"] = TOOLS
     r = http.post(
-        server.url + "/v1/messages", json=body, headers={**CLAUDE_HEADERS, "x-api-key": "x"}
+        server.url + "/v1/messages",
+        json=body,
+        headers={**CLAUDE_HEADERS, "x-claude-code-session-id": session, "x-api-key": "x"},
     )
     assert r.status_code == 200, r.text
     answer: dict[str, Any] = r.json()
@@ -95,11 +101,11 @@ def text_of(answer: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in answer["content"] if b["type"] == "text")
 
 
-def claude_session(server: EngyServer) -> list[dict[str, Any]]:
+def claude_session(server: EngyServer, session: str = SESSION) -> list[dict[str, Any]]:
     """A Claude Code-shaped session: a main turn, the title side request, the
     second main turn, and a third whose system prompt changed."""
     u1 = {"role": "user", "content": [{"type": "text", "text": "List the files here."}]}
-    first = claude_turn(server, [BILLING, IDENTITY, MAIN], [u1])
+    first = claude_turn(server, [BILLING, IDENTITY, MAIN], [u1], session=session)
     title = claude_turn(
         server,
         [
@@ -111,20 +117,21 @@ def claude_session(server: EngyServer) -> list[dict[str, Any]]:
         ],
         [{"role": "user", "content": "The conversation: List the files here."}],
         tools=False,
+        session=session,
     )
     m2 = [
         u1,
         {"role": "assistant", "content": text_of(first)},
         {"role": "user", "content": "And the hidden ones?"},
     ]
-    second = claude_turn(server, [BILLING, IDENTITY, MAIN], m2)
+    second = claude_turn(server, [BILLING, IDENTITY, MAIN], m2, session=session)
     changed = {"type": "text", "text": "You help with hardware. " * 120}
     m3 = [
         *m2,
         {"role": "assistant", "content": text_of(second)},
         {"role": "user", "content": "Thanks."},
     ]
-    third = claude_turn(server, [BILLING, IDENTITY, changed], m3)
+    third = claude_turn(server, [BILLING, IDENTITY, changed], m3, session=session)
     return [first, title, second, third]
 
 
@@ -264,6 +271,23 @@ def model_of_keyed(server: EngyServer) -> str:
     return str(r.json()["data"][0]["id"])
 
 
+def test_open_waits_for_the_server_then_opens_the_page(
+    tiny: EngyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import webbrowser
+
+    from engy_local.server.page import open_when_ready, page_url
+
+    opened = threading.Event()
+    seen: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: seen.append(url) or opened.set())
+    open_when_ready(tiny.url)
+    assert opened.wait(30) and seen == [tiny.url + "/"]
+    assert page_url("0.0.0.0", 8642) == "http://127.0.0.1:8642"
+    assert page_url("::1", 8642) == "http://[::1]:8642"
+    assert page_url("localhost", 1) == "http://localhost:1"
+
+
 # ---- sessions, by what the page shows ------------------------------------------------------
 
 
@@ -280,7 +304,9 @@ def test_claude_code_requests_make_one_session_and_a_changed_system_prompt_says_
     page.wait_for_function(
         "() => document.querySelectorAll(\"section[data-kind='main'] tr.turn\").length === 3"
     )
+    # All four requests, the title side request too, are one session.
     assert page.locator("article.session").count() == 1
+    assert int(card.locator("section.lane", has_text="main").locator("tr.turn").count()) == 3
     assert SESSION in card.inner_text() and "Claude Code 2.1.332" in card.inner_text()
     # The title side request is part of the session, in a lane of its own,
     # and its answer is the session's title.
@@ -312,12 +338,11 @@ def test_a_missed_turn_shows_where_the_engine_says_it_diverged(
 ) -> None:
     page = open_page(tiny.url + "/#sessions")
     live(page)
-    claude_session(tiny)
-    card = page.locator(f"article.session[data-key='metadata.user_id:{SESSION}']")
+    other = "5b0c7e2a-1f3d-4c8e-9a61-2d4f8e0b7c13"
+    claude_session(tiny, session=other)
+    card = page.locator(f"article.session[data-key='metadata.user_id:{other}']")
     card.wait_for()
-    page.wait_for_function(
-        "() => document.querySelectorAll(\"tr.turn[data-verdict='missed']\").length > 0"
-    )
+    card.locator("tr.turn[data-verdict='missed']").first.wait_for()
     missed = card.locator("section[data-kind='main'] tr.turn[data-verdict='missed']").last
     assert re.search(
         r"diverged at token \d+ of \d+, in system\[\d\]",
