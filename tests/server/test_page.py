@@ -18,6 +18,7 @@ import httpx
 import pytest
 from support.browser import SHOTS, OpenPage, live, panel, shoot
 from support.hubserver import Hub
+from support.paths import FIXTURES
 from support.server import EngyServer
 
 GEMMA = "gemma-3-270m"
@@ -52,7 +53,7 @@ http = httpx.Client(timeout=180)
 def tiny(tiny_answer: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngyServer]:
     """The tiny answer model by path, with a store of its own."""
     server = EngyServer(
-        str(tiny_answer), "--ctx-size", "8192", home=tmp_path_factory.mktemp("home")
+        str(tiny_answer), "--ctx-size", "16384", home=tmp_path_factory.mktemp("home")
     )
     yield server
     server.stop()
@@ -288,6 +289,19 @@ def test_open_waits_for_the_server_then_opens_the_page(
     assert page_url("localhost", 1) == "http://localhost:1"
 
 
+def test_an_open_page_does_not_hold_up_a_shutdown(tiny_qwen3: Path, open_page: OpenPage) -> None:
+    server = EngyServer(str(tiny_qwen3), "--ctx-size", "2048", "--shutdown-grace", "5")
+    try:
+        page = open_page(server.url + "/")
+        live(page)
+        started = time.monotonic()
+        assert server.stop() == 0
+        assert time.monotonic() - started < 15, server.output()
+        page.wait_for_selector("#link[data-link=offline]", state="attached", timeout=10000)
+    finally:
+        server.stop()
+
+
 # ---- sessions, by what the page shows ------------------------------------------------------
 
 
@@ -348,6 +362,31 @@ def test_a_missed_turn_shows_where_the_engine_says_it_diverged(
         r"diverged at token \d+ of \d+, in system\[\d\]",
         missed.locator(".c-why").inner_text(timeout=2000),
     )
+
+
+def test_codex_turns_are_one_session_by_its_prompt_cache_key(tiny: EngyServer) -> None:
+    raw = json.loads((FIXTURES / "requests" / "codex-0.171.0-first-turn.json").read_text())
+    skip = {"host", "content-length", "authorization", "accept-encoding"}
+    headers = {k: v for k, v in raw["headers"] if k.lower() not in skip}
+    body = {**raw["body"], "model": model_of(tiny), "stream": False, "max_output_tokens": 16}
+    first = http.post(tiny.url + "/v1/responses", json=body, headers=headers)
+    assert first.status_code == 200, first.text
+    answer = [item for item in first.json()["output"] if item["type"] == "message"]
+    again = {**body, "input": [*body["input"], *answer, {"role": "user", "content": "and now?"}]}
+    second = http.post(tiny.url + "/v1/responses", json=again, headers=headers)
+    assert second.status_code == 200, second.text
+
+    key = raw["body"]["prompt_cache_key"]
+    status = http.get(tiny.url + "/engy/status").json()
+    [session] = [s for s in status["sessions"] if s["key"] == f"prompt_cache_key:{key}"]
+    assert session["client"] == "Codex 0.171.0"
+    [lane] = session["lanes"]
+    assert (lane["kind"], lane["name"], lane["turns"]) == ("main", key, 2)
+    assert [t["verdict"] for t in lane["entries"]] == ["first", "cached"]
+    cached = second.json()["usage"]["input_tokens_details"]["cached_tokens"]
+    assert lane["entries"][1]["cached_tokens"] == cached > 0
+    rows = [r for r in status["requests"] if r["session"] == session["key"]]
+    assert {r["endpoint"] for r in rows} == {"/v1/responses"}
 
 
 def test_the_keyboard_reaches_every_panel_and_a_request_s_details(
