@@ -18,6 +18,7 @@ import httpx
 import pytest
 from support.browser import SHOTS, OpenPage, live, panel, shoot
 from support.hubserver import Hub
+from support.images import RED, png
 from support.paths import FIXTURES
 from support.server import EngyServer
 
@@ -671,6 +672,29 @@ def test_the_cache_panel_shows_each_tier_the_engine_reports(
     assert "RAM" in ram and "600 MiB" in ram and "29% of 2 GiB" in ram and "14,000" in ram
     assert "disk" in disk and "15% of 20 GiB" in disk and "9,000" in disk
     shoot(page, "cache-tiers-wide-light")
+
+
+def test_the_chat_attaches_an_image_where_the_model_has_a_projector(
+    tiny_vision: tuple[Path, Path], tmp_path: Path, open_page: OpenPage
+) -> None:
+    model, projector = tiny_vision
+    red = tmp_path / "red.png"
+    red.write_bytes(png(RED))
+    server = EngyServer(str(model), "--mmproj", str(projector), "--ctx-size", "2048")
+    try:
+        page = open_page(server.url + "/#chat")
+        live(page)
+        page.wait_for_selector("#chat-attach:not([hidden])")
+        page.set_input_files("#chat-file", str(red))
+        page.wait_for_selector("#chat-attached img")
+        page.fill("#chat-input", "What colour is this?")
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".msg.assistant[data-state='done']", timeout=60000)
+        assert page.locator(".msg.user img").count() == 1
+        assert "red" in page.locator(".msg.assistant .answer").inner_text()
+        shoot(page, "chat-image-wide-light")
+    finally:
+        server.stop()
 
 
 # ---- screenshots: each panel, both sizes, light and dark -------------------------------
