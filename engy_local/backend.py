@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .chat import ChatRequest, Event, Provider
 
@@ -37,6 +37,18 @@ class SequenceStatus:
 
 
 @dataclass(frozen=True)
+class CacheStatus:
+    """One tier of a loaded model's prompt cache (saved sequence states)."""
+
+    tier: str  # "ram" or "disk"
+    entries: int  # states saved
+    bytes: int  # bytes they take
+    budget: int  # bytes they may take
+    hits: int = 0  # requests restored from this tier
+    restored_tokens: int = 0  # prompt tokens those restores spared
+
+
+@dataclass(frozen=True)
 class ModelStatus:
     """A loaded model as `engy ps` shows it (GET /engy/ps)."""
 
@@ -54,6 +66,7 @@ class ModelStatus:
     images: bool = False  # loaded with a vision projector
     split: str = ""  # where llama.cpp put the weights: layers offloaded, MiB per device
     offloaded: int = 0  # layers on GPUs or RPC workers (the output layer counts)
+    caches: list[CacheStatus] = field(default_factory=list)  # the prompt cache, by tier
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +82,11 @@ class ModelStatus:
             SequenceStatus(**{k: s[k] for k in SequenceStatus.__dataclass_fields__ if k in s})
             for s in raw.get("sequences") or ()
             if isinstance(s, dict)
+        ]
+        values["caches"] = [
+            CacheStatus(**{k: c[k] for k in CacheStatus.__dataclass_fields__ if k in c})
+            for c in raw.get("caches") or ()
+            if isinstance(c, dict) and {"tier", "entries", "bytes", "budget"} <= c.keys()
         ]
         return cls(**values)
 
@@ -135,4 +153,21 @@ class Backend(Protocol):
 
     def status(self) -> list[ModelStatus]:
         """The models loaded now, for `engy ps`."""
+        ...
+
+
+@runtime_checkable
+class Manages(Protocol):
+    """What a backend may offer besides `Backend`: loading and unloading a
+    model on demand (the page's buttons). The server checks for it with
+    isinstance; a backend without it has no such buttons."""
+
+    def load(self, model_id: str) -> ModelInfo:
+        """Load the model `model_id` names, as a request for it would
+        (ModelNotFound, Busy when the budget is held by busy models).
+        Blocking: call it off the event loop."""
+        ...
+
+    def unload(self, model_id: str) -> bool:
+        """Unload it if it is loaded and idle; whether it was unloaded."""
         ...

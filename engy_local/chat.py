@@ -162,12 +162,13 @@ class Usage:
 @dataclass(frozen=True)
 class Started:
     """The request left the queue and owns the model; prompt processing
-    starts now. Carries the exact prompt size."""
+    starts now. Carries the exact prompt size. `miss`: when the prompt was
+    not read from the cache in full, where it left the longest prefix any
+    cache holds, in a few words ("token 5120 of 5210, in messages[3]");
+    empty when it was read in full."""
 
     prompt_tokens: int
     cached_tokens: int
-    # When the prompt was not read from the cache in full: where it left the
-    # longest prefix any cache holds, "messages[3] (token 5120 of 5210)".
     miss: str = ""
 
 

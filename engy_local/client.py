@@ -178,7 +178,7 @@ class RemoteBackend:
         """Each served model's GGUF path, by id (GET /engy/models): how
         `engy launch` tells a running engy already serves a file."""
         body = self._get_json("/engy/models")
-        data = body.get("data") if isinstance(body, dict) else None
+        data = body.get("served") if isinstance(body, dict) else None
         if not isinstance(data, list):
             raise RemoteError(0, "", f"{self.url}/engy/models: the answer has no model list")
         return {

@@ -12,7 +12,7 @@ from support.paths import ANSWER, CACHE, need_fixtures
 from support.server import EngyServer
 
 # Fixtures defined beside the helpers they use.
-pytest_plugins = ["support.clients", "support.terminal"]
+pytest_plugins = ["support.browser", "support.clients", "support.terminal"]
 
 
 @pytest.fixture(scope="session")

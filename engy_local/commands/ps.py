@@ -80,3 +80,10 @@ def print_status(models: list[ModelStatus], url: str, as_json: bool, out: Consol
         out.print(f"no model is loaded at {url}", highlight=False)
     else:
         out.print(status_table(models))
+        for m in models:
+            for c in m.caches:
+                out.print(
+                    f"{m.id}: {c.tier} cache {c.entries} entries, {_size(c.bytes)} of "
+                    f"{_size(c.budget)}, {c.hits} hits, {c.restored_tokens:,} tokens restored",
+                    highlight=False,
+                )

@@ -150,6 +150,10 @@ def serve(
         int, _opt("Largest image one request may send (413 over)", VISION)
     ] = 5 * 1024 * 1024,
     max_images: Annotated[int, _opt("Images one request may send (413 over)", VISION, min=0)] = 100,
+    open_page: Annotated[
+        bool,
+        _opt("Open the page (requests, models, chat) in a browser", NETWORK, "--open"),
+    ] = False,
     rpc: Rpc = None,
     tensor_split: Annotated[
         Optional[str],
@@ -198,6 +202,7 @@ def serve(
             rpc=tuple(rpc or ()),
             tensor_split=parse_tensor_split(tensor_split),
             verbose=verbose,
+            open_page=open_page,
         )
         run_server(options, console)
 

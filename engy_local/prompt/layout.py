@@ -64,11 +64,11 @@ def layout(text: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) ->
             return -1
         return data.find(needle.encode("utf-8"), start)
 
-    for message in messages:
-        if message.role == "system":
-            where = at(_needle(message.text()), 0)
-            if where >= 0:
-                found.append((where, "system"))
+    systems = [m for m in messages if m.role == "system"]
+    for k, message in enumerate(systems):
+        where = at(_needle(message.text()), 0)
+        if where >= 0:
+            found.append((where, f"system[{k}]"))
     for tool in tools[:1]:
         where = at(tool.name, 0)
         if where >= 0:

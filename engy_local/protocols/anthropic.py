@@ -41,7 +41,7 @@ _IGNORED = ("metadata", "context_management", "output_config", "service_tier")
 # Claude Code's first system block is an attribution line that may change
 # between requests; it means nothing to a local model and would spoil the
 # prompt prefix the KV cache reuses, so it is dropped.
-_ATTRIBUTION = "x-anthropic-billing-header:"
+ATTRIBUTION = "x-anthropic-billing-header:"
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _system_text(value: Any, path: str) -> str:
         if b.get("type", "text") != "text":
             continue
         text = f.string(b, "text", f"{path}[{i}].text")
-        if not text.startswith(_ATTRIBUTION):
+        if not text.startswith(ATTRIBUTION):
             texts.append(text)
     return "\n\n".join(texts)
 

@@ -40,6 +40,8 @@ class PromptCache:
         # Bytes the budget also pays for outside the entries: the sequences'
         # checkpoints (llama-server left those out of its limit).
         self.pinned = 0
+        self.hits = 0  # restores from it
+        self.restored_tokens = 0  # prompt tokens those restores spared
 
     @property
     def used(self) -> int:

@@ -167,6 +167,20 @@ class ModelPool:
             loaded.last_used = time.monotonic()
         return generation
 
+    def load(self, model_id: str) -> ModelInfo:
+        """Load `model_id` as a request for it would (`backend.Manages`)."""
+        return self._instance(self._find(model_id)).info
+
+    def unload(self, model_id: str) -> bool:
+        """Unload `model_id` if it is loaded and idle (`backend.Manages`)."""
+        served = self._find(model_id)
+        with self._lock:
+            loaded = self._loaded.get(served.id)
+            if loaded is None or not loaded.worker.idle():
+                return False
+            self._unload(served.id)
+            return True
+
     def close(self) -> None:
         self._closed.set()
         with self._lock:
@@ -304,6 +318,7 @@ class ModelPool:
                         or template.thinking_switch is not None,
                         quantization=lm.info.quantization,
                         aliases=served.aliases,
+                        caches=lm.worker.caches(),
                         sequences=[SequenceStatus(**seq) for seq in lm.worker.sequences()],
                         images=lm.model.projector is not None,
                         split=lm.model.split.line(),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ..backend import CacheStatus
 from ..chat import PromptProgress, Started
 from ..errors import ContextFull, EngyError, ServerError
 from ..prompt.assemble import AnswerAssembler
@@ -163,7 +164,7 @@ class Scheduler:
         miss = ""
         if reuse < len(prompt) - 1:
             part = job.where(known) if known else "nothing cached shares its start"
-            miss = f"{part} (token {known} of {len(prompt)})"
+            miss = f"token {known} of {len(prompt)}, in {part}"
         slot.busy = True
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens)
@@ -254,7 +255,11 @@ class Scheduler:
         self.cache.touch(entry)
         slot.replace(list(entry.tokens))
         slot.ends = [e for e in entry.ends if e <= len(entry.tokens)]
-        return self._cut(slot, n)
+        if not self._cut(slot, n):
+            return False
+        self.cache.hits += 1
+        self.cache.restored_tokens += n
+        return True
 
     def _restore_disk(self, slot: Slot, hit: Hit, n: int) -> bool:
         assert self.disk is not None
@@ -613,6 +618,24 @@ class Scheduler:
         out: list[dict[str, Any]] = [
             {"index": s.id, "tokens": len(s.held), "busy": s.busy} for s in self.slots
         ]
+        return out
+
+    def caches(self) -> list[CacheStatus]:
+        """The prompt cache's tiers as they are now (read from any thread:
+        figures only)."""
+        ram = self.cache
+        out = [
+            CacheStatus(
+                "ram", len(ram.entries), ram.used, ram.budget, ram.hits, ram.restored_tokens
+            )
+        ]
+        if self.disk is not None and self.disk.on:
+            d = self.disk.stats()
+            out.append(
+                CacheStatus(
+                    "disk", d["entries"], d["bytes"], d["budget"], d["hits"], d["restored_tokens"]
+                )
+            )
         return out
 
     def mismatches(self) -> list[str]:

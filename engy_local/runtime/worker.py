@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from ..backend import CacheStatus
 from ..errors import Busy, EngyError, ServerError
 from .diskcache import DiskTier
 from .job import Job
@@ -87,6 +88,9 @@ class Worker:
             self._waiting.remove(job)
             admitted.append(job)
         return admitted
+
+    def caches(self) -> list[CacheStatus]:
+        return self.scheduler.caches()
 
     def sequences(self) -> list[dict[str, Any]]:
         """What each KV sequence holds (for `engy ps`); a snapshot."""

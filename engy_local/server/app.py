@@ -25,7 +25,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Scope
 
 from ..backend import Backend, Generation
-from ..chat import Answer, Event, Heartbeat, PromptProgress
+from ..chat import Answer, ChatRequest, Event, Heartbeat, PromptProgress
 from ..errors import (
     EngyError,
     Forbidden,
@@ -40,8 +40,11 @@ from ..errors import (
 from ..protocols import anthropic, chat_completions, responses
 from ..protocols.anthropic_stream import MessageStream
 from ..protocols.images import ImageLimits
+from .activity import Activity
 from .guard import AccessMiddleware, AccessPolicy, key_matches
+from .manage import StoreHooks
 from .metrics import CountRequests, Metrics, Tracked
+from .page import Page
 from .shutdown import Drain
 
 log = logging.getLogger("engy.server")
@@ -68,6 +71,7 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     access: AccessPolicy = field(default_factory=AccessPolicy)
     images: ImageLimits = field(default_factory=ImageLimits)  # per request, 413 over
+    store: StoreHooks | None = None  # what a pull or rm from the page changes in the backend
 
 
 class StreamMachine(Protocol):
@@ -224,7 +228,8 @@ def _stream(
 
 
 def create_app(settings: Settings, backend: Backend) -> Starlette:
-    metrics, drain = Metrics(), Drain()
+    metrics, drain, activity = Metrics(), Drain(), Activity()
+    page = Page(activity, backend, drain, keyed=bool(settings.api_key), hooks=settings.store)
 
     def authorized(request: Request) -> bool:
         if not settings.api_key:
@@ -240,7 +245,20 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         return _error_response(_protocol_of(scope["path"]), Forbidden(message))
 
     def tracked(generation: Generation) -> Generation:
+        """A generation counted in /metrics only; routes use `submit`."""
         return Tracked(generation, metrics, drain)
+
+    async def submit(
+        api: Literal["anthropic", "openai"], request: Request, body: Any, chat: ChatRequest
+    ) -> Generation:
+        """Submit `chat`, recorded for the page from its first moment."""
+        entry = activity.begin(api, request.url.path, request.headers, body, chat)
+        try:
+            generation = await backend.submit(chat)
+        except BaseException as exc:
+            entry.fail(exc)
+            raise
+        return Tracked(generation, metrics, drain, entry)
 
     Handler = Callable[[Request], Awaitable[Response]]
 
@@ -265,11 +283,10 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         return run
 
     async def messages(request: Request) -> Response:
-        parsed = anthropic.parse_request(
-            await _read_json(request, settings.max_body_bytes), images=settings.images
-        )
+        body = await _read_json(request, settings.max_body_bytes)
+        parsed = anthropic.parse_request(body, images=settings.images)
         backend.resolve(parsed.chat.model)
-        generation = tracked(await backend.submit(parsed.chat))
+        generation = await submit("anthropic", request, body, parsed.chat)
         message_id = _new_id("msg_")
         if parsed.stream:
             return _stream(MessageStream(parsed, message_id, generation.prompt_tokens), generation)
@@ -294,11 +311,10 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
                     status_code=426,
                 )
             raise NotFoundRoute("GET /v1/responses: use POST")
-        parsed = responses.parse_request(
-            await _read_json(request, settings.max_body_bytes), max_output_cap=backend.output_cap
-        )
+        body = await _read_json(request, settings.max_body_bytes)
+        parsed = responses.parse_request(body, max_output_cap=backend.output_cap)
         backend.resolve(parsed.chat.model)
-        generation = tracked(await backend.submit(parsed.chat))
+        generation = await submit("openai", request, body, parsed.chat)
         response_id, created = _new_id("resp_"), int(time.time())
         if parsed.stream:
             machine = responses.ResponseStream(parsed, response_id=response_id, created_at=created)
@@ -365,6 +381,8 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
     async def hello(request: Request) -> Response:
         if request.method == "HEAD":
             return Response(status_code=200)
+        if request.url.path == "/" and page.wants_page(request):
+            return await page.index(request)  # a browser: the page
         return JSONResponse({"name": "engy", "models": [m.id for m in backend.models()]})
 
     async def ps(request: Request) -> Response:
@@ -372,15 +390,12 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         models = [m.to_json() for m in backend.status()]
         return JSONResponse({"object": "engy.ps", "models": models})
 
-    async def served_files(request: Request) -> Response:
-        # Which files the models are (for `engy launch`); the key is required.
-        data = [{"id": m.id, "path": m.path} for m in backend.models()]
-        return JSONResponse({"object": "list", "data": data})
-
     async def prometheus(request: Request) -> Response:
-        loaded = [m.id for m in backend.status()]
+        status = backend.status()
+        loaded = [m.id for m in status]
+        caches = [(m.id, c) for m in status for c in m.caches]
         return PlainTextResponse(
-            metrics.render(loaded), media_type="text/plain; version=0.0.4; charset=utf-8"
+            metrics.render(loaded, caches), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
 
     async def not_found(request: Request) -> Response:
@@ -404,7 +419,15 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         Route("/api/hello", endpoint("anthropic", hello, auth=False), methods=["GET", "HEAD"]),
         Route("/metrics", endpoint("anthropic", prometheus), methods=["GET"]),
         Route("/engy/ps", endpoint("anthropic", ps), methods=["GET"]),
-        Route("/engy/models", endpoint("anthropic", served_files), methods=["GET"]),
+        # The page (server/page.py): its files need no key, its data does.
+        Route("/engy/page/{name}", endpoint("anthropic", page.asset, auth=False), methods=["GET"]),
+        Route("/engy/status", endpoint("anthropic", page.status), methods=["GET"]),
+        Route("/engy/events", endpoint("anthropic", page.events), methods=["GET"]),
+        Route("/engy/models", endpoint("anthropic", page.models), methods=["GET"]),
+        Route("/engy/models/load", endpoint("anthropic", page.load), methods=["POST"]),
+        Route("/engy/models/unload", endpoint("anthropic", page.unload), methods=["POST"]),
+        Route("/engy/models/pull", endpoint("anthropic", page.pull), methods=["POST"]),
+        Route("/engy/models/rm", endpoint("anthropic", page.rm), methods=["POST"]),
         Route(
             "/{path:path}",
             endpoint("anthropic", not_found, auth=False),
@@ -418,4 +441,5 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
     ]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.drain = drain  # `engy serve` starts the drain on SIGINT / SIGTERM
+    app.state.activity = activity
     return app

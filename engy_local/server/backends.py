@@ -29,6 +29,7 @@ from ..upstream import (
     parse_specs,
 )
 from ..upstream.routing import Served
+from .manage import StoreHooks
 from .options import ServeOptions
 
 
@@ -239,3 +240,22 @@ def _pool(options: ServeOptions) -> ModelPool:
         keep_alive=options.keep_alive,
         disk=DiskSettings(options.cache_disk or engy_home() / "kvcache", options.cache_disk_size),
     )
+
+
+def store_hooks(backend: Served, options: ServeOptions) -> StoreHooks | None:
+    """Serving the store (no MODEL, no upstream), a model pulled from the
+    page is served at once and a removed one no longer; the primary model
+    stays. Otherwise the server serves what it was started for."""
+    if options.model is not None or not isinstance(backend, ModelPool):
+        return None
+    pool = backend
+
+    def adopt(record: Installed) -> None:
+        if all(record.id != s.id for s in pool.served):
+            pool.served.append(_served(record, load_catalog(), options))
+
+    def forget(model_id: str) -> None:
+        if model_id != pool.primary:
+            pool.served[:] = [s for s in pool.served if s.id != model_id]
+
+    return StoreHooks(adopt, forget)

@@ -9,6 +9,12 @@
     engy_time_to_first_token_seconds         histogram: submit to first output
     engy_decode_tokens_per_second            histogram: output tokens / time after the first
     engy_model_loaded{model}                 1 for each loaded model
+    engy_cache_entries{model,tier}           saved prompt states (tier: ram, disk)
+    engy_cache_bytes{model,tier}             bytes they take
+    engy_cache_hits_total{model,tier}        prompts restored from the tier
+    engy_cache_restored_tokens_total{...}    prompt tokens those restores spared
+    engy_drafted_tokens_total                tokens speculative decoding drafted
+    engy_accepted_tokens_total               of those, the ones the model agreed with
 
 `Tracked` wraps each generation to feed them, and ends it with an error when
 the server's shutdown grace period is over (see `shutdown.Drain`).
@@ -25,9 +31,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..backend import Generation
+from ..backend import CacheStatus, Generation
 from ..chat import Event, Finished, Started, TextDelta, ThinkingDelta, ToolCallStart
 from ..errors import NoWorker
+from .activity import Entry
 from .shutdown import Drain
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -69,6 +76,8 @@ class Metrics:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
     waiting: int = 0
     generating: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
@@ -77,7 +86,9 @@ class Metrics:
     def request(self, endpoint: str, status: int) -> None:
         self.requests[(endpoint, status)] += 1
 
-    def render(self, loaded: Iterable[str] = ()) -> str:
+    def render(
+        self, loaded: Iterable[str] = (), caches: Iterable[tuple[str, CacheStatus]] = ()
+    ) -> str:
         lines: list[str] = []
 
         def metric(name: str, kind: str, text: str, values: Sequence[str]) -> None:
@@ -103,6 +114,27 @@ class Metrics:
             ("engy_requests_generating", "Generations that own a model.", self.generating),
         ):
             metric(name, "gauge", text, [f"{name} {value}"])
+        for name, kind, text, attr in (
+            ("engy_cache_entries", "gauge", "Saved prompt states, by model and tier.", "entries"),
+            ("engy_cache_bytes", "gauge", "Bytes the saved states take.", "bytes"),
+            ("engy_cache_hits_total", "counter", "Prompts restored from a tier.", "hits"),
+            ("engy_cache_restored_tokens_total", "counter", "Prompt tokens restores spared.",
+             "restored_tokens"),
+        ):  # fmt: skip
+            metric(
+                name,
+                kind,
+                text,
+                [
+                    f'{name}{{model="{_label(model)}",tier="{c.tier}"}} {getattr(c, attr)}'
+                    for model, c in caches
+                ],
+            )
+        for name, text, value in (
+            ("engy_drafted_tokens_total", "Tokens speculative decoding drafted.", self.drafted),
+            ("engy_accepted_tokens_total", "Drafted tokens the model agreed with.", self.accepted),
+        ):
+            metric(name, "counter", text, [f"{name} {value}"])
         metric(
             "engy_time_to_first_token_seconds",
             "histogram",
@@ -155,13 +187,17 @@ class Tracked:
     """A generation, counted in `metrics` and ended by `drain`: once the
     shutdown grace period is over, iterating it raises `NoWorker` (503,
     `overloaded_error` / `server_is_overloaded`), which the transport turns
-    into the protocol's terminal error."""
+    into the protocol's terminal error. `entry`, when given, is the
+    request's row in the page's record (`activity`): it sees every event."""
 
-    def __init__(self, inner: Generation, metrics: Metrics, drain: Drain) -> None:
+    def __init__(
+        self, inner: Generation, metrics: Metrics, drain: Drain, entry: Entry | None = None
+    ) -> None:
         self.inner = inner
         self.prompt_tokens = inner.prompt_tokens
         self.metrics = metrics
         self.drain = drain
+        self.entry = entry
 
     def cancel(self) -> None:
         self.inner.cancel()
@@ -170,7 +206,7 @@ class Tracked:
         return getattr(self.inner, name)  # whatever else the backend's generation offers
 
     async def __aiter__(self) -> AsyncIterator[Event]:
-        m = self.metrics
+        m, entry = self.metrics, self.entry
         submitted = time.monotonic()
         first: float | None = None
         state = "waiting"
@@ -198,11 +234,21 @@ class Tracked:
                     m.prompt_tokens += u.prompt_tokens
                     m.cached_tokens += u.cached_tokens
                     m.generated_tokens += u.output_tokens
+                    m.drafted += u.drafted_tokens
+                    m.accepted += u.accepted_tokens
                     elapsed = time.monotonic() - (first or submitted)
                     if u.output_tokens > 1 and elapsed > 0:
                         m.speed.observe((u.output_tokens - 1) / elapsed)
+                if entry is not None:
+                    entry.event(event)
                 yield event
+        except BaseException as exc:  # an error, or the consumer went away
+            if entry is not None:
+                entry.fail(exc)
+            raise
         finally:
+            if entry is not None:
+                entry.close()
             expired.cancel()
             if state == "waiting":
                 m.waiting -= 1

@@ -52,6 +52,7 @@ class ServeOptions:
     rpc: tuple[str, ...] = ()  # --rpc HOST:PORT,...: llama.cpp RPC workers as devices
     tensor_split: tuple[float, ...] = ()  # weights of the devices layers go to
     verbose: bool = False  # show llama.cpp's own log lines (and engy's loads)
+    open_page: bool = False  # --open: open the page in the browser once serving
 
 
 def check_exposure(options: ServeOptions) -> None:

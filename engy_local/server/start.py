@@ -14,9 +14,10 @@ from ..runtime.cpu import guard_line
 from ..runtime.devices import offload_devices
 from ..upstream.routing import Served
 from .app import Settings, create_app
-from .backends import build_backend, upstream_specs
+from .backends import build_backend, store_hooks, upstream_specs
 from .guard import AccessPolicy
 from .options import ServeOptions, check_exposure
+from .page import open_when_ready, page_url
 from .shutdown import Drain, GracefulServer
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8642
@@ -59,13 +60,17 @@ def run_server(options: ServeOptions, console: Console) -> None:
     print_banner(options, backend, console)
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
     limits = ImageLimits(options.max_image_bytes, options.max_images)
-    app = create_app(Settings(api_key=options.api_key, access=access, images=limits), backend)
+    hooks = store_hooks(backend, options)
+    settings = Settings(api_key=options.api_key, access=access, images=limits, store=hooks)
+    app = create_app(settings, backend)
     drain: Drain = app.state.drain
     # ws="none": a WebSocket upgrade reaches the app as plain HTTP and
     # gets 426, on which Codex falls back to HTTP at once.
     config = uvicorn.Config(
         app, host=options.host, port=options.port, log_level="warning", ws="none"
     )
+    if options.open_page:
+        open_when_ready(page_url(options.host, options.port))
     try:
         GracefulServer(config, drain, options.shutdown_grace).run()
     finally:
@@ -103,6 +108,7 @@ def print_banner(options: ServeOptions, backend: Served, console: Console) -> No
         line(f"  upstream  {spec.url} ({spec.kind})")
     line(f"  url       {url}")
     line("  APIs      POST /v1/messages, /v1/responses, /v1/chat/completions")
+    line(f"  page      {url}/")
     if options.api_key:
         line("  key       required (x-api-key or Authorization: Bearer)")
     where = ""

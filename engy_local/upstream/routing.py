@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..backend import Backend, Generation, ModelInfo, ModelStatus
+from ..backend import Backend, Generation, Manages, ModelInfo, ModelStatus
 from ..chat import ChatRequest
 from ..errors import ModelNotFound
 
@@ -64,6 +64,15 @@ class Routed:
 
     def status(self) -> list[ModelStatus]:
         return [s for backend in self.backends for s in backend.status()]
+
+    def load(self, model_id: str) -> ModelInfo:
+        """`backend.Manages`: an upstream's model is always there."""
+        backend = self._route(model_id)
+        return backend.load(model_id) if isinstance(backend, Manages) else backend.resolve(model_id)
+
+    def unload(self, model_id: str) -> bool:
+        backend = self._route(model_id)
+        return backend.unload(model_id) if isinstance(backend, Manages) else False
 
     def close(self) -> None:
         for backend in self.backends:
