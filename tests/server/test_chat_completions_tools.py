@@ -23,10 +23,10 @@ import jsonschema
 import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from support.family_roundtrip import READ_SCHEMA
+from support.families.roundtrip import READ as READ_SCHEMA
+from support.families.xml import read_file_schema
 from support.paths import CACHE, need_fixtures
 from support.server import EngyServer
-from support.xmlcalls_cases import read_file_schema
 
 TIMEOUT = 600  # this machine is small and noisy: never timed assertions
 XML_SCHEMA = read_file_schema({"type": "string"})
