@@ -97,25 +97,44 @@ def test_a_resent_prompt_joins_the_read_in_progress(gemma_path: Path, engy_home:
     try:
         results: dict[str, dict[str, int]] = {}
 
-        def send(name: str, body: dict[str, object], hang_up: float | None = None) -> None:
-            if hang_up is None:
-                r = httpx.post(server.url + "/v1/messages", json=body, timeout=600)
-                results[name] = r.json()["usage"]
-                return
-            with httpx.stream(
-                "POST", server.url + "/v1/messages", json={**body, "stream": True}, timeout=600
-            ) as r:
-                deadline = time.monotonic() + hang_up
-                for _ in r.iter_lines():
-                    if time.monotonic() > deadline:
-                        break  # the client gives up mid-prefill and goes away
+        def send(name: str, body: dict[str, object]) -> None:
+            r = httpx.post(server.url + "/v1/messages", json=body, timeout=600)
+            results[name] = r.json()["usage"]
 
-        for hang_up in (None, 1.5):
-            body = {**body, "system": f"Round {hang_up}."}
-            first = threading.Thread(target=send, args=("first", body, hang_up))
+        def stream_then_hang_up(body: dict[str, object], after: float) -> None:
+            """A client that gives up mid-prefill and goes away."""
+            with (
+                httpx.Client(timeout=600) as client,
+                client.stream(
+                    "POST", server.url + "/v1/messages", json={**body, "stream": True}
+                ) as r,
+            ):
+                timer = threading.Timer(after, r.close)
+                timer.start()
+                try:
+                    for _ in r.iter_lines():
+                        pass
+                except httpx.HTTPError:
+                    pass  # closed under it: gone
+                finally:
+                    timer.cancel()
+
+        for hang_up in (None, 2.0):
+            # Long enough to be still reading when the copy arrives (and,
+            # for the one that hangs up, when it goes).
+            notes = NOTES if hang_up is None else "\n".join([NOTES] * 3)
+            round_body = {
+                **body,
+                "system": f"Round {hang_up}.",
+                "messages": [{"role": "user", "content": notes + "\nRepeat the notes."}],
+            }
+            if hang_up is None:
+                first = threading.Thread(target=send, args=("first", round_body))
+            else:
+                first = threading.Thread(target=stream_then_hang_up, args=(round_body, hang_up))
             first.start()
             time.sleep(1.0)
-            send("again", body)
+            send("again", round_body)
             first.join(600)
             again = results["again"]
             n = again["input_tokens"] + again["cache_read_input_tokens"]

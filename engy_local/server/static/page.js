@@ -390,7 +390,8 @@ function turnRow(t) {
   const [kind, word] = VERDICT[t.verdict] || ["plain", t.state];
   const why = [];
   if (t.changed) why.push(h("span", { class: "changed", text: `${t.changed} since turn ${t.turn - 1}` }));
-  if (t.miss) why.push(h("span", { class: "miss", text: `diverged at ${t.miss}` }));
+  // A turn read from cache still evaluates its new message: only a miss says where.
+  if (t.miss && t.verdict === "missed") why.push(h("span", { class: "miss", text: `diverged at ${t.miss}` }));
   if (!why.length && t.verdict === "missed") why.push(h("span", { class: "muted", text: "the prompt repeats the previous turn; its cache was overwritten or evicted" }));
   const share = t.prompt_tokens ? t.cached_tokens / t.prompt_tokens : 0;
   return h("tr", { class: "turn", dataset: { id: t.id, verdict: t.verdict || "" } },
