@@ -7,7 +7,8 @@ its own chain. A request that ends (or is cancelled) gives its sequence
 back at once; the others go on undisturbed.
 
 Which sequence a request takes, and where its cached prefix comes from
-(its own sequence, another one, or the RAM cache), is decided by slots.py.
+(its own sequence, another one, the RAM cache or the disk tier), is decided
+by slots.py and carried out by prefixes.py; drafts come from speculate.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from ..backend import CacheStatus
@@ -25,23 +25,16 @@ from ..chat import PromptProgress, Started
 from ..errors import ContextFull, EngyError, ServerError
 from ..prompt.assemble import AnswerAssembler
 from ..prompt.detokenize import TextEnd, TokenText
-from .cache import Entry as CacheEntry
-from .cache import PromptCache
 from .context import Context
-from .diskcache import DiskTier, Hit
+from .diskcache import DiskTier
 from .job import Job
 from .model import Model
+from .prefixes import MIN_SAVE, Prefixes
 from .sampling import Sampler
-from .slots import Checkpoint, Option, Slot, choose, common_prefix
+from .slots import Slot, choose, common_prefix
 from .speculate import SIZES, Costs, Drafter, Gate, measure
 
 log = logging.getLogger("engy.requests")
-
-# A sequence holding at least this many tokens that a request would drop is
-# saved to the RAM cache first (below it, evaluating again is cheaper).
-MIN_SAVE = 256
-# Checkpoints kept per sequence (sliding-window models), latest prompts' ends.
-MAX_CHECKPOINTS = 3
 
 
 @dataclass
@@ -85,8 +78,8 @@ class Scheduler:
         self.ctx = Context(model)
         self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.disk = disk
-        # What the RAM cache lets go is written to disk (when there is one).
-        self.cache = PromptCache(model.cache_ram, on_drop=self._to_disk)
+        self.prefixes = Prefixes(model, self.ctx, self.slots, disk)
+        self.cache = self.prefixes.cache
         self.running: list[Running] = []
         self._clock = itertools.count(1)
         # A waiting job with these prompt tokens, taken from the queue (the
@@ -158,8 +151,8 @@ class Scheduler:
         assert plan is not None, "admitted without a free sequence"
         slot = self.slots[plan.slot]
         if plan.save:
-            self._save(slot)
-        reuse = self._reuse(slot, plan.options, prompt, hit)
+            self.prefixes.save(slot)
+        reuse = self.prefixes.reuse(slot, plan.options, prompt, hit)
         known = max(stored, cached, *(common_prefix(s.held, prompt) for s in self.slots))
         miss = ""
         if reuse < len(prompt) - 1:
@@ -188,133 +181,6 @@ class Scheduler:
 
         return usable
 
-    def _reuse(
-        self, slot: Slot, options: tuple[Option, ...], prompt: list[int], hit: Hit | None
-    ) -> int:
-        """Carries out the first option that works, best first; returns the
-        prompt tokens now in `slot`."""
-        ctx = self.ctx
-        attempts: list[tuple[int, Callable[[int], bool]]] = []
-        for option in options:
-            if option.source == "self":
-                attempts.append((option.reuse, partial(self._cut, slot)))
-                # Where the window layers no longer reach back that far, the
-                # latest checkpoint before it does.
-                usable = [c for c in slot.checkpoints if c.pos <= option.reuse]
-                if usable:
-                    cp = usable[-1]
-                    attempts.append((cp.pos, partial(self._rewind, slot, cp)))
-            elif option.source == "copy":
-                assert option.src is not None
-                donor = self.slots[option.src]
-                attempts.append((option.reuse, partial(self._copy, donor, slot)))
-            elif option.source == "disk":
-                assert hit is not None
-                attempts.append((option.reuse, partial(self._restore_disk, slot, hit)))
-            else:
-                attempts.append((option.reuse, partial(self._restore, slot, prompt)))
-        attempts.sort(key=lambda a: -a[0])
-        for n, attempt in attempts:
-            if attempt(n):
-                self._pin()
-                return n
-        ctx.clear(slot.id)
-        slot.replace([])
-        self._pin()
-        return 0
-
-    def _cut(self, slot: Slot, n: int) -> bool:
-        if not self.ctx.cut(slot.id, n):
-            return False
-        slot.cut(n)
-        return True
-
-    def _rewind(self, slot: Slot, cp: Checkpoint, n: int) -> bool:
-        if not self.ctx.rewind(slot.id, cp.pos, cp.state):
-            slot.replace([])  # the sequence was cleared
-            return False
-        slot.cut(cp.pos)
-        return True
-
-    def _copy(self, donor: Slot, slot: Slot, n: int) -> bool:
-        if not self.ctx.copy(donor.id, slot.id, n):
-            return False
-        slot.replace(donor.held[:n])
-        slot.checkpoints = [c for c in donor.checkpoints if c.pos <= n]
-        slot.ends = [e for e in donor.ends if e <= n]
-        return True
-
-    def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
-        entry, _ = self.cache.best(prompt)
-        n_swa = self.model.n_swa
-        if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa + 1)):
-            return False
-        if not self.ctx.restore(slot.id, entry.state):
-            slot.replace([])
-            return False
-        self.cache.touch(entry)
-        slot.replace(list(entry.tokens))
-        slot.ends = [e for e in entry.ends if e <= len(entry.tokens)]
-        if not self._cut(slot, n):
-            return False
-        self.cache.hits += 1
-        self.cache.restored_tokens += n
-        return True
-
-    def _restore_disk(self, slot: Slot, hit: Hit, n: int) -> bool:
-        assert self.disk is not None
-        loaded = self.disk.load(hit)
-        if loaded is None:
-            return False
-        held, state, ends = loaded
-        if not self.ctx.restore(slot.id, state):
-            slot.replace([])
-            return False
-        slot.replace(held)
-        slot.ends = ends
-        log.debug("seq %d: %d tokens from the disk tier", slot.id, n)
-        return self._cut(slot, n)
-
-    def _checkpoint(self, slot: Slot, mark: bool = False) -> None:
-        """At the end of a prompt, for models with a sliding window: the
-        next turn usually resumes here, after the answer it drops. And
-        (`mark`) where the conversation's messages begin: a new conversation
-        with the same system prompt and tools resumes there."""
-        if self.model.n_swa <= 0 or self.model.recurrent:
-            return
-        if self.cache.budget <= 0 and self.disk is None:
-            return
-        pos = len(slot.held)
-        if slot.checkpoints and slot.checkpoints[-1].pos == pos:
-            return
-        state = self.ctx.save(slot.id, partial=True)
-        kept = [*slot.checkpoints, Checkpoint(pos, state, mark)]
-        marks = [c for c in kept if c.mark][:1]  # the first mark stays
-        rest = [c for c in kept if not any(c is m for m in marks)]
-        rest = rest[-(MAX_CHECKPOINTS - len(marks)) :]
-        slot.checkpoints = sorted([*marks, *rest], key=lambda c: c.pos)
-        self._pin()
-
-    def _pin(self) -> None:
-        self.cache.pinned = sum(len(c.state) for s in self.slots for c in s.checkpoints)
-        self.cache.shrink()
-
-    def _save(self, slot: Slot) -> None:
-        """A sequence about to be overwritten, to the RAM cache (or, where
-        it does not fit there, to disk)."""
-        if len(slot.held) < MIN_SAVE or (self.cache.budget <= 0 and self.disk is None):
-            return
-        state = self.ctx.save(slot.id)
-        windows = [(c.pos, c.state) for c in slot.checkpoints]
-        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id), windows, slot.ends):
-            log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, len(slot.held), len(state))
-        elif self.disk is not None:
-            self.disk.put(slot.held, state, windows, slot.ends)
-
-    def _to_disk(self, entry: CacheEntry) -> None:
-        if self.disk is not None:
-            self.disk.put(entry.tokens, entry.state, entry.windows, entry.ends)
-
     # -- one step -------------------------------------------------------
 
     def step(self) -> None:
@@ -342,11 +208,11 @@ class Scheduler:
                 r.job.emit(PromptProgress(len(r.slot.held), len(r.prompt)))
                 if f.reading and len(r.slot.held) in r.job.marks:
                     r.slot.ends.append(len(r.slot.held))
-                    self._checkpoint(r.slot, mark=True)
+                    self.prefixes.checkpoint(r.slot, mark=True)
             elif prompt_read:
                 if not r.slot.ends or r.slot.ends[-1] != len(r.slot.held):
                     r.slot.ends.append(len(r.slot.held))
-                self._checkpoint(r.slot)
+                self.prefixes.checkpoint(r.slot)
         now = time.monotonic()
         for r, at in outputs:
             if not r.t_prefilled:
@@ -476,7 +342,7 @@ class Scheduler:
                 for f in fed:
                     self._fail(f.running, exc, forget=True)
                 return None
-            if self._evict_idle():
+            if self.prefixes.evict_idle():
                 continue
             readers = [f.running for f in fed if f.reading]
             if readers and len(readers) < len(fed):
@@ -490,19 +356,6 @@ class Scheduler:
             for f in fed:
                 self._fail(f.running, err, forget=True)
             return None
-
-    def _evict_idle(self) -> bool:
-        """Frees the least recently used idle sequence that holds anything."""
-        idle = [s for s in self.slots if not s.busy and self.ctx.held(s.id) > 0]
-        if not idle:
-            return False
-        slot = min(idle, key=lambda s: s.used)
-        self._save(slot)
-        self.ctx.clear(slot.id)
-        slot.replace([])
-        self._pin()
-        log.info("seq %d: cleared to make room in the KV cache", slot.id)
-        return True
 
     def _feed_prompt(
         self, r: Running, budget: int, outputs: list[tuple[Running, list[int]]]
@@ -620,46 +473,14 @@ class Scheduler:
         ]
         return out
 
-    def caches(self) -> list[CacheStatus]:
-        """The prompt cache's tiers as they are now (read from any thread:
-        figures only)."""
-        ram = self.cache
-        out = [
-            CacheStatus(
-                "ram", len(ram.entries), ram.used, ram.budget, ram.hits, ram.restored_tokens
-            )
-        ]
-        if self.disk is not None and self.disk.on:
-            d = self.disk.stats()
-            out.append(
-                CacheStatus(
-                    "disk", d["entries"], d["bytes"], d["budget"], d["hits"], d["restored_tokens"]
-                )
-            )
-        return out
-
-    def mismatches(self) -> list[str]:
-        """Sequences whose tokens and KV cache disagree in length (none, or
-        the bookkeeping is wrong). Only while the model's thread is idle."""
-        out = []
-        for s in self.slots:
-            if self.model.recurrent or s.busy:
-                continue
-            kv = self.ctx.held(s.id)
-            if kv != len(s.held):
-                out.append(f"seq {s.id}: {len(s.held)} tokens, {kv} in the KV cache")
-        return out
-
     def close(self) -> None:
         """Frees the context; with a disk tier, every conversation worth
         keeping is written there first (a graceful stop keeps the cache)."""
-        if self.disk is not None:
-            for slot in self.slots:
-                if len(slot.held) >= MIN_SAVE:
-                    windows = [(c.pos, c.state) for c in slot.checkpoints]
-                    self.disk.put(slot.held, self.ctx.save(slot.id), windows, slot.ends)
-                    self.disk.flush()  # one state in memory at a time
-            for entry in self.cache.entries:
-                self._to_disk(entry)
-            self.disk.close()
+        self.prefixes.keep_all()
         self.ctx.close()
+
+    def caches(self) -> list[CacheStatus]:
+        return self.prefixes.caches()
+
+    def mismatches(self) -> list[str]:
+        return self.prefixes.mismatches()

@@ -1,0 +1,223 @@
+"""Where a request's prompt prefix comes from, on the context: the sequence
+itself (cut back, or rewound to a sliding-window checkpoint), another
+sequence (copied), the RAM cache or the disk tier (restored); and what is
+saved before a sequence is overwritten (slots.py decides which, this carries
+it out). Only the scheduler's thread uses it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+
+from ..backend import CacheStatus
+from .cache import Entry as CacheEntry
+from .cache import PromptCache
+from .context import Context
+from .diskcache import DiskTier, Hit
+from .model import Model
+from .slots import Checkpoint, Option, Slot
+
+log = logging.getLogger("engy.requests")
+
+# A sequence holding at least this many tokens that a request would drop is
+# saved to the RAM cache first (below it, evaluating again is cheaper).
+MIN_SAVE = 256
+# Checkpoints kept per sequence (sliding-window models), latest prompts' ends.
+MAX_CHECKPOINTS = 3
+
+
+class Prefixes:
+    def __init__(
+        self, model: Model, ctx: Context, slots: list[Slot], disk: DiskTier | None
+    ) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.slots = slots
+        self.disk = disk
+        # What the RAM cache lets go is written to disk (when there is one).
+        self.cache = PromptCache(model.cache_ram, on_drop=self.to_disk)
+
+    def reuse(
+        self, slot: Slot, options: tuple[Option, ...], prompt: list[int], hit: Hit | None
+    ) -> int:
+        """Carries out the first option that works, best first; returns the
+        prompt tokens now in `slot`."""
+        ctx = self.ctx
+        attempts: list[tuple[int, Callable[[int], bool]]] = []
+        for option in options:
+            if option.source == "self":
+                attempts.append((option.reuse, partial(self._cut, slot)))
+                # Where the window layers no longer reach back that far, the
+                # latest checkpoint before it does.
+                usable = [c for c in slot.checkpoints if c.pos <= option.reuse]
+                if usable:
+                    cp = usable[-1]
+                    attempts.append((cp.pos, partial(self._rewind, slot, cp)))
+            elif option.source == "copy":
+                assert option.src is not None
+                donor = self.slots[option.src]
+                attempts.append((option.reuse, partial(self._copy, donor, slot)))
+            elif option.source == "disk":
+                assert hit is not None
+                attempts.append((option.reuse, partial(self._restore_disk, slot, hit)))
+            else:
+                attempts.append((option.reuse, partial(self._restore, slot, prompt)))
+        attempts.sort(key=lambda a: -a[0])
+        for n, attempt in attempts:
+            if attempt(n):
+                self.pin()
+                return n
+        ctx.clear(slot.id)
+        slot.replace([])
+        self.pin()
+        return 0
+
+    def _cut(self, slot: Slot, n: int) -> bool:
+        if not self.ctx.cut(slot.id, n):
+            return False
+        slot.cut(n)
+        return True
+
+    def _rewind(self, slot: Slot, cp: Checkpoint, n: int) -> bool:
+        if not self.ctx.rewind(slot.id, cp.pos, cp.state):
+            slot.replace([])  # the sequence was cleared
+            return False
+        slot.cut(cp.pos)
+        return True
+
+    def _copy(self, donor: Slot, slot: Slot, n: int) -> bool:
+        if not self.ctx.copy(donor.id, slot.id, n):
+            return False
+        slot.replace(donor.held[:n])
+        slot.checkpoints = [c for c in donor.checkpoints if c.pos <= n]
+        slot.ends = [e for e in donor.ends if e <= n]
+        return True
+
+    def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
+        entry, _ = self.cache.best(prompt)
+        n_swa = self.model.n_swa
+        if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa + 1)):
+            return False
+        if not self.ctx.restore(slot.id, entry.state):
+            slot.replace([])
+            return False
+        self.cache.touch(entry)
+        slot.replace(list(entry.tokens))
+        slot.ends = [e for e in entry.ends if e <= len(entry.tokens)]
+        if not self._cut(slot, n):
+            return False
+        self.cache.hits += 1
+        self.cache.restored_tokens += n
+        return True
+
+    def _restore_disk(self, slot: Slot, hit: Hit, n: int) -> bool:
+        assert self.disk is not None
+        loaded = self.disk.load(hit)
+        if loaded is None:
+            return False
+        held, state, ends = loaded
+        if not self.ctx.restore(slot.id, state):
+            slot.replace([])
+            return False
+        slot.replace(held)
+        slot.ends = ends
+        log.debug("seq %d: %d tokens from the disk tier", slot.id, n)
+        return self._cut(slot, n)
+
+    def checkpoint(self, slot: Slot, mark: bool = False) -> None:
+        """At the end of a prompt, for models with a sliding window: the
+        next turn usually resumes here, after the answer it drops. And
+        (`mark`) where the conversation's messages begin: a new conversation
+        with the same system prompt and tools resumes there."""
+        if self.model.n_swa <= 0 or self.model.recurrent:
+            return
+        if self.cache.budget <= 0 and self.disk is None:
+            return
+        pos = len(slot.held)
+        if slot.checkpoints and slot.checkpoints[-1].pos == pos:
+            return
+        state = self.ctx.save(slot.id, partial=True)
+        kept = [*slot.checkpoints, Checkpoint(pos, state, mark)]
+        marks = [c for c in kept if c.mark][:1]  # the first mark stays
+        rest = [c for c in kept if not any(c is m for m in marks)]
+        rest = rest[-(MAX_CHECKPOINTS - len(marks)) :]
+        slot.checkpoints = sorted([*marks, *rest], key=lambda c: c.pos)
+        self.pin()
+
+    def pin(self) -> None:
+        self.cache.pinned = sum(len(c.state) for s in self.slots for c in s.checkpoints)
+        self.cache.shrink()
+
+    def save(self, slot: Slot) -> None:
+        """A sequence about to be overwritten, to the RAM cache (or, where
+        it does not fit there, to disk)."""
+        if len(slot.held) < MIN_SAVE or (self.cache.budget <= 0 and self.disk is None):
+            return
+        state = self.ctx.save(slot.id)
+        windows = [(c.pos, c.state) for c in slot.checkpoints]
+        if self.cache.put(slot.held, state, self.ctx.pos_min(slot.id), windows, slot.ends):
+            log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, len(slot.held), len(state))
+        elif self.disk is not None:
+            self.disk.put(slot.held, state, windows, slot.ends)
+
+    def to_disk(self, entry: CacheEntry) -> None:
+        if self.disk is not None:
+            self.disk.put(entry.tokens, entry.state, entry.windows, entry.ends)
+
+    def evict_idle(self) -> bool:
+        """Frees the least recently used idle sequence that holds anything."""
+        idle = [s for s in self.slots if not s.busy and self.ctx.held(s.id) > 0]
+        if not idle:
+            return False
+        slot = min(idle, key=lambda s: s.used)
+        self.save(slot)
+        self.ctx.clear(slot.id)
+        slot.replace([])
+        self.pin()
+        log.info("seq %d: cleared to make room in the KV cache", slot.id)
+        return True
+
+    def caches(self) -> list[CacheStatus]:
+        """The prompt cache's tiers as they are now (read from any thread:
+        figures only)."""
+        ram = self.cache
+        out = [
+            CacheStatus(
+                "ram", len(ram.entries), ram.used, ram.budget, ram.hits, ram.restored_tokens
+            )
+        ]
+        if self.disk is not None and self.disk.on:
+            d = self.disk.stats()
+            out.append(
+                CacheStatus(
+                    "disk", d["entries"], d["bytes"], d["budget"], d["hits"], d["restored_tokens"]
+                )
+            )
+        return out
+
+    def mismatches(self) -> list[str]:
+        """Sequences whose tokens and KV cache disagree in length (none, or
+        the bookkeeping is wrong). Only while the model's thread is idle."""
+        out = []
+        for s in self.slots:
+            if self.model.recurrent or s.busy:
+                continue
+            kv = self.ctx.held(s.id)
+            if kv != len(s.held):
+                out.append(f"seq {s.id}: {len(s.held)} tokens, {kv} in the KV cache")
+        return out
+
+    def keep_all(self) -> None:
+        """With a disk tier, every conversation worth keeping goes there
+        (a graceful stop keeps the cache)."""
+        if self.disk is None:
+            return
+        for slot in self.slots:
+            if len(slot.held) >= MIN_SAVE:
+                windows = [(c.pos, c.state) for c in slot.checkpoints]
+                self.disk.put(slot.held, self.ctx.save(slot.id), windows, slot.ends)
+                self.disk.flush()  # one state in memory at a time
+        for entry in self.cache.entries:
+            self.to_disk(entry)
+        self.disk.close()
