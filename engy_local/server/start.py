@@ -57,7 +57,6 @@ def run_server(options: ServeOptions, console: Console) -> None:
         engy_log.propagate = False
     with console.status("loading model..."):
         backend = build_backend(options)
-    print_banner(options, backend, console)
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
     limits = ImageLimits(options.max_image_bytes, options.max_images)
     hooks = store_hooks(backend, options)
@@ -69,10 +68,16 @@ def run_server(options: ServeOptions, console: Console) -> None:
     config = uvicorn.Config(
         app, host=options.host, port=options.port, log_level="warning", ws="none"
     )
-    if options.open_page:
-        open_when_ready(page_url(options.host, options.port))
+    server = GracefulServer(config, drain, options.shutdown_grace)
     try:
-        GracefulServer(config, drain, options.shutdown_grace).run()
+        # The server's Ctrl-C handling from the banner on: a Ctrl-C before
+        # uvicorn starts is a graceful stop too, not an interrupted start.
+        with server.capture_signals():
+            print_banner(options, backend, console)
+            if options.open_page:
+                open_when_ready(page_url(options.host, options.port))
+            if not server.should_exit:
+                server.run()
     finally:
         backend.close()
         console.print("engy stopped")
