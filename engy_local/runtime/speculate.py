@@ -96,16 +96,16 @@ class Costs:
 
 def measure(run: Callable[[int], None], repeats: int = 3) -> Costs:
     """Times `run(b)` (one decode step of b tokens) for each size; the
-    fastest of `repeats` runs (what noise leaves alone)."""
-    out = []
-    for b in SIZES:
-        best = float("inf")
-        for _ in range(repeats):
+    fastest of `repeats` rounds over all the sizes (a round at a time, so a
+    burst of other work slows one round of every size, not every run of one
+    size: the fastest is what noise left alone)."""
+    best = [float("inf")] * len(SIZES)
+    for _ in range(repeats):
+        for i, b in enumerate(SIZES):
             t0 = time.perf_counter()
             run(b)
-            best = min(best, time.perf_counter() - t0)
-        out.append(best)
-    return Costs(tuple(out))
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return Costs(tuple(best))
 
 
 @dataclass

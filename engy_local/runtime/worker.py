@@ -34,8 +34,10 @@ class Worker:
         self._cond = threading.Condition()
         self._closed = False
         self._busy = False
+        self._ready = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="engy-model", daemon=True)
         self._thread.start()
+        self._ready.wait()  # the scheduler's start (it times steps) is part of the load
 
     def idle(self) -> bool:
         """Nothing running and nothing waiting: the model may be unloaded."""
@@ -106,6 +108,8 @@ class Worker:
     def _loop(self) -> None:
         scheduler = self.scheduler
         try:
+            scheduler.start()
+            self._ready.set()
             while True:
                 with self._cond:
                     while (
@@ -129,6 +133,7 @@ class Worker:
                     log.exception("generation failed")
                     scheduler.fail_all(ServerError(f"generation failed: {exc}"))
         finally:
+            self._ready.set()
             with self._cond:
                 left = list(self._waiting)
                 self._waiting.clear()
