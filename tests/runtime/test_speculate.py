@@ -26,7 +26,9 @@ from engy_local.chat import (
     ToolSpec,
     Usage,
 )
+from engy_local.prompt.detokenize import TextEnd, TokenText
 from engy_local.runtime import scheduler as scheduler_module
+from engy_local.runtime.job import Job
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import LoadOptions
 from engy_local.runtime.pool import ModelPool
@@ -174,15 +176,101 @@ def gemma(gemma_path: Path) -> ServedModel:
     from engy_local.server.backends import resolve_model
     from engy_local.server.options import ServeOptions
 
-    return resolve_model(None, ServeOptions())
+    return resolve_model(None, ServeOptions(ctx_size=4096))
 
 
-def test_greedy_output_is_the_same_with_speculation_on_gemma(gemma: ServedModel) -> None:
-    """The copy is drafted (and mostly accepted) and comes out as without
-    speculation; so does free text, which drafts little."""
-    accepted = same_with_and_without(gemma, [chat(COPY, 160)])
-    assert accepted > 60
-    same_with_and_without(gemma, [chat(FREE, 64)])
+# The most llama.cpp moved one of gemma's logits between a step of one row
+# and a step of several rows of the same sequence, measured on this suite's
+# machines (1.64 at 3k tokens of context: its CPU kernels split the work by
+# rows, so the sums are added in another order).
+ROUNDING = 2.0
+
+
+def greedy_tokens(
+    model: ServedModel, request: ChatRequest, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[int], list[int], Finished]:
+    """The prompt's tokens, the answer's tokens and its Finished, speculation
+    `mode`, through the real pool and scheduler."""
+    seen: list[tuple[list[int], list[int]]] = []
+    admit = scheduler_module.Scheduler.admit
+
+    def watch(text: TokenText, out: list[int]) -> None:
+        push = text.push_token
+
+        def push_and_keep(token: int) -> tuple[str, TextEnd | None]:
+            out.append(token)
+            return push(token)
+
+        text.push_token = push_and_keep  # type: ignore[method-assign]
+
+    def admit_and_watch(self: scheduler_module.Scheduler, job: Job) -> None:
+        admit(self, job)
+        for r in self.running:
+            if r.job is job:
+                seen.append((list(job.tokens), []))
+                watch(r.text, seen[-1][1])
+
+    with monkeypatch.context() as m:
+        m.setattr(scheduler_module.Scheduler, "admit", admit_and_watch)
+        pool = pool_of(model, mode)
+        try:
+            ((_, finished),) = answers(pool, [request])
+        finally:
+            pool.close()
+    ((prompt, output),) = seen
+    return prompt, output, finished
+
+
+def margin_at(model: ServedModel, tokens: list[int], a: int, b: int) -> float:
+    """How far apart the logits of `a` and `b` are after `tokens`, one row."""
+    import llama_cpp
+    import numpy as np
+
+    from engy_local.runtime.context import Context
+    from engy_local.runtime.model import Model
+
+    loaded = Model(replace(model.options, parallel=1, threads=2))
+    ctx = Context(loaded)
+    try:
+        for start in range(0, len(tokens) - 1, ctx.n_batch):
+            ctx.batch.clear()
+            for i in range(start, min(len(tokens) - 1, start + ctx.n_batch)):
+                ctx.batch.add(tokens[i], i, 0, False)
+            assert ctx.decode()
+        ctx.batch.clear()
+        ctx.batch.add(tokens[-1], len(tokens) - 1, 0, True)
+        assert ctx.decode()
+        raw = llama_cpp.llama_get_logits_ith(ctx.ctx, 0)
+        logits = np.ctypeslib.as_array(raw, shape=(loaded.n_vocab,))
+        return abs(float(logits[a]) - float(logits[b]))
+    finally:
+        ctx.close()
+        loaded.close()
+
+
+@pytest.mark.parametrize(("text", "max_tokens"), [(COPY, 160), (FREE, 64)],
+                         ids=["copy", "free text"])  # fmt: skip
+def test_greedy_output_with_speculation_on_gemma_parts_only_at_a_near_tie(
+    gemma: ServedModel, text: str, max_tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every token a draft step keeps is the model's own greedy choice from
+    that step's logits. A step of several rows adds the same numbers in
+    another order than a step of one (as batching beside other requests
+    does), so where two candidates are nearly tied the choice may go the
+    other way: the answers are the same token for token, or they part where
+    the model stood at such a tie, never anywhere else."""
+    request = chat(text, max_tokens)
+    prompt, off, _ = greedy_tokens(gemma, request, "off", monkeypatch)
+    prompt_on, on, finished = greedy_tokens(gemma, request, "on", monkeypatch)
+    assert prompt_on == prompt
+    assert finished.usage.drafted_tokens > 0
+    if text == COPY:
+        assert finished.usage.accepted_tokens > 60  # the copy is drafted and kept
+    if on == off:
+        return
+    at = next(i for i, (x, y) in enumerate(zip(on, off, strict=False)) if x != y)
+    margin = margin_at(gemma, prompt + off[:at], off[at], on[at])
+    assert margin < ROUNDING, f"parted at output token {at}, not a tie: {margin:.2f} apart"
 
 
 def test_cancelling_one_mid_draft_leaves_the_others_alone(tiny_qwen3: Path) -> None:
