@@ -4,9 +4,10 @@ llama_decode step as every other sequence's token.
 
 - Drafting (`Drafter`): the longest suffix of the sequence (8, 4, then 2
   tokens) that occurred before; the tokens that followed it then are the
-  draft. Agents repeat what they read (an Edit's old_string, a patch's
-  context lines, a file written back), so drafts of that kind get accepted.
-  The search is a byte search over the tokens, nothing to index.
+  draft, and the next drafts go on from there while the output agrees.
+  Agents repeat what they read (an Edit's old_string, a patch's context
+  lines, a file written back), so drafts of that kind get accepted. The
+  search is a byte search over the tokens, nothing to index.
 - Verifying: the draft goes into the batch after the sequence's last token,
   with logits at every position; the sampler draws at each position in turn
   and the draft holds while each draw equals the drafted token. Every output
@@ -31,21 +32,49 @@ import numpy as np
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)  # batch sizes timed at load
 SUFFIXES = (8, 4, 2)  # tokens of the sequence's end looked for, longest first
+CANDIDATES = 16  # occurrences of a suffix compared, latest first
+AGREEMENT = 64  # tokens before an occurrence compared with those before the suffix
 RETRY = 32  # steps a sequence that stopped drafting waits before it tries again
 
 
 class Drafter:
-    """One sequence's tokens, and drafts from them."""
+    """One sequence's tokens, and drafts from them.
+
+    A draft comes from a source: a place earlier in the sequence whose
+    tokens are expected next. Found by the longest repeated suffix, and among
+    its occurrences the one that agrees with the sequence furthest back (in
+    code, `found = []` is in every function; the function being copied is
+    the one whose name came before it). Once found, the source is followed
+    for as long as the output agrees with it, so a file being copied is
+    copied from itself, not from whichever of its look-alike lines came
+    last; where the output leaves it (an edit), the next draft searches
+    again.
+    """
 
     def __init__(self, tokens: list[int]) -> None:
         self._bytes = bytearray(np.asarray(tokens, dtype="<i4").tobytes())
+        self._source = -1  # byte offset of the token expected next; -1: none
 
     def push(self, tokens: list[int]) -> None:
-        self._bytes += np.asarray(tokens, dtype="<i4").tobytes()
+        new = np.asarray(tokens, dtype="<i4").tobytes()
+        if self._source >= 0:
+            followed = self._bytes[self._source : self._source + len(new)] == new
+            self._source = self._source + len(new) if followed else -1
+        self._bytes += new
 
     def draft(self, k: int) -> list[int]:
-        """Up to `k` tokens that followed the latest earlier occurrence of
-        the longest repeated suffix; [] when nothing repeats."""
+        """Up to `k` tokens from the source; [] when nothing repeats."""
+        data = self._bytes
+        if not 0 <= self._source < len(data):
+            self._source = self._find()
+        if self._source < 0:
+            return []
+        piece = data[self._source : self._source + 4 * k]
+        return [int(t) for t in np.frombuffer(bytes(piece), dtype="<i4")]
+
+    def _find(self) -> int:
+        """Where the tokens after the best earlier occurrence of the longest
+        repeated suffix start (a byte offset), or -1."""
         data = self._bytes
         end = len(data)
         for n in SUFFIXES:
@@ -53,16 +82,31 @@ class Drafter:
             if end <= size:
                 continue
             tail = bytes(data[end - size :])
+            best, agree = -1, -1
             at = data.rfind(tail, 0, end - 4)  # an occurrence before the very end
-            while at >= 0 and at % 4:
-                at = data.rfind(tail, 0, at + size - 1)  # aligned to tokens only
-            if at < 0:
-                continue
-            start = at + size
-            piece = data[start : min(end, start + 4 * k)]
-            if piece:
-                return [int(t) for t in np.frombuffer(bytes(piece), dtype="<i4")]
-        return []
+            for _ in range(CANDIDATES):
+                while at >= 0 and at % 4:
+                    at = data.rfind(tail, 0, at + size - 1)  # aligned to tokens only
+                if at < 0:
+                    break
+                more = self._agreement(at, end - size)
+                if more > agree:  # ties: the latest occurrence
+                    best, agree = at, more
+                at = data.rfind(tail, 0, at + size - 1)
+            if best >= 0:
+                return best + size
+        return -1
+
+    def _agreement(self, a: int, b: int) -> int:
+        """Tokens before byte offsets `a` and `b` that are the same, up to
+        AGREEMENT of them."""
+        data = self._bytes
+        n = 0
+        while n < AGREEMENT and a - 4 * (n + 1) >= 0:
+            if data[a - 4 * (n + 1) : a - 4 * n] != data[b - 4 * (n + 1) : b - 4 * n]:
+                break
+            n += 1
+        return n
 
 
 @dataclass
@@ -132,7 +176,7 @@ class Gate:
                 stat.idle += 1
                 if stat.idle < RETRY:
                     continue
-                stat.idle, stat.length, stat.rate = 0, 1, 0.5  # try again, one token
+                stat.idle, stat.length, stat.rate = 0, 1, Acceptance.rate  # try again
             best, gain = 0, 0.0
             for k in range(1, min(stat.length, available, self.cap) + 1):
                 expected = sum(stat.rate**i for i in range(1, k + 1))
@@ -143,8 +187,11 @@ class Gate:
             if best:
                 out[seq] = best
                 extra += best
-            elif stat.rate < 0.2:
-                stat.idle = 1  # its drafts do not pay: rest a while
+            else:
+                # Its drafts do not pay now: rest a while, then try again
+                # (else one early miss would stop a sequence for good: its
+                # rate only moves when it drafts).
+                stat.idle = 1
         return out
 
     def account(self, seq: int, drafted: int, accepted: int) -> None:

@@ -56,6 +56,20 @@ def test_a_draft_is_what_followed_the_longest_repeated_suffix() -> None:
     assert Drafter([256, 1, 0, 0, 1]).draft(2) == []
 
 
+def test_a_draft_follows_the_look_alike_that_agrees_furthest_back() -> None:
+    """Two functions alike but for one token each: the copy of the first
+    drafts the first's end, not the second's (the latest occurrence), and
+    the next draft goes on from where the last one left its source."""
+    body = [5, 6, 7, 8, 9, 10, 13, 14, 15]  # longer than the longest suffix looked for
+    f1, f2 = [1, 2, 100, *body, 11, 3], [1, 2, 200, *body, 12, 3]
+    d = Drafter([*f1, *f2, 0, 1, 2, 100, *body])
+    assert d.draft(2) == [11, 3]
+    d.push([11, 3, 1])  # the output agrees with the source: followed
+    assert d.draft(3) == [2, 200, 5]
+    d.push([2, 300])  # an edit: the source is left, the next draft searches again
+    assert d.draft(3) == []  # (300 never came before)
+
+
 def costs(per_token: float, fixed: float) -> Costs:
     return Costs(tuple(fixed + per_token * b for b in SIZES))
 
@@ -90,6 +104,21 @@ def test_several_busy_sequences_draft_less() -> None:
     busy = Gate(gate.costs).lengths(4, {0: 8, 1: 8, 2: 8, 3: 8})
     assert sum(alone.values()) > 0
     assert sum(busy.values()) < 4 * sum(alone.values())
+
+
+def test_an_early_miss_does_not_stop_a_sequence_for_good() -> None:
+    """A copy whose first draft missed (a fresh answer's opening words)
+    drafts again once it has rested: its acceptance only moves when it
+    drafts, so resting must end in a new try."""
+    gate = Gate(costs(per_token=0.015, fixed=0.02), cap=16)
+    gate.account(0, 4, 0)  # the first draft: all of it wrong
+    assert gate.lengths(1, {0: 16}) == {}  # one token does not pay at that rate
+    for _ in range(RETRY - 2):
+        assert gate.lengths(1, {0: 16}) == {}
+    assert gate.lengths(1, {0: 16}) == {0: 1}
+    gate.account(0, 1, 1)
+    gate.account(0, 2, 2)
+    assert gate.lengths(1, {0: 16})[0] > 1  # and lengthens as it is accepted
 
 
 def test_the_gate_turns_itself_off_where_steps_cost_per_token(
