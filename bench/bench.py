@@ -4,7 +4,8 @@
     LLAMA_SERVER=$(bench/build_llama_server.sh) .venv/bin/python bench/bench.py
 
 Starts `engy serve GGUF` and, when LLAMA_SERVER names a llama-server binary,
-llama-server on 127.0.0.1 with `--parallel 4` and the GGUF's own template
+llama-server on 127.0.0.1 with engy's layout (`--parallel 4 --kv-unified`, a window
+of --ctx-size for each of the 4 sequences) and the GGUF's own template
 (`--chat-template-file`). Every figure is timed from the client side
 (streaming): time to first token, decode tokens/s from the tokens the server
 reports over the time after the first token. Workloads (--only NAME, may be
@@ -13,7 +14,8 @@ repeated):
     session      Claude Code's pattern: a long main turn, a side request with
                  another system prompt, the main turn extended
     concurrent   4 streams of 128 tokens at once (aggregate) and 1 stream
-    prefill      prompt tokens/s at ~3k and ~19k tokens, nothing cached
+    prefill      prompt tokens/s at ~3k and ~19k tokens, nothing cached; the
+                 median of 3 rounds, the servers taking turns
     forced       a forced tool call's decode tokens/s against free text
     upstream     engy in front of that llama-server (`--upstream`) against
                  llama-server straight: the overhead engy adds
@@ -128,11 +130,16 @@ def chat_template(model: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def start_llama(binary: str, model: Path, threads: int, ctx: int, logs: Path) -> Server:
+def start_llama(
+    binary: str, model: Path, threads: int, ctx: int, logs: Path, *extra: str
+) -> Server:
     template = chat_template(model)
     port = free_port()
     cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["-t", str(threads), "--parallel", "4", "-c", str(ctx), "--jinja"]
+    # engy's layout: 4 sequences in one unified cache, each up to a whole
+    # window (-c 32768 --parallel 4 alone gives each slot 8192 tokens).
+    cmd += ["-t", str(threads), "--parallel", "4", "-c", str(4 * ctx), "--kv-unified"]
+    cmd += ["--jinja", *extra]
     if template:
         path = logs / "chat_template.jinja"
         path.write_text(template)
@@ -318,14 +325,25 @@ def concurrent(ask: Ask, quick: bool) -> dict[str, float]:
     return {"4 streams aggregate tok/s": aggregate, "1 stream decode tok/s": single.decode}
 
 
-def prefill(ask: Ask, quick: bool) -> dict[str, float]:
-    out: dict[str, float] = {}
-    seed = random.randrange(1 << 30)  # a new start each run: nothing cached
-    for size in (1500, 6000) if quick else (3000, 19000):
-        run, _ = ask(system_prompt(size, seed + size), STORY, 1, {})
-        out[f"prefill ~{size / 1000:g}k tok/s"] = run.prefill
-        out[f"prefill ~{size / 1000:g}k tokens"] = float(run.prompt - run.cached)
-    return out
+def prefill(asks: list[Ask], quick: bool) -> list[dict[str, float]]:
+    """Prompt tokens/s of a prompt nothing has cached, for each server in
+    turn (the order alternating), in rounds: the median of each. This
+    machine's speed drifts by 10% and more within minutes; interleaving
+    puts both servers under the same drift."""
+    runs: list[dict[str, list[float]]] = [{} for _ in asks]
+    tokens: list[dict[str, float]] = [{} for _ in asks]
+    for r in range(1 if quick else 3):
+        order = list(enumerate(asks))
+        for i, ask in order if r % 2 == 0 else order[::-1]:
+            for size in (1500, 6000) if quick else (3000, 19000):
+                seed = random.randrange(1 << 30)  # a new start each run: nothing cached
+                run, _ = ask(system_prompt(size, seed), STORY, 1, {})
+                runs[i].setdefault(f"prefill ~{size / 1000:g}k tok/s", []).append(run.prefill)
+                tokens[i][f"prefill ~{size / 1000:g}k tokens"] = float(run.prompt - run.cached)
+    return [
+        {k: statistics.median(v) for k, v in got.items()} | n
+        for got, n in zip(runs, tokens, strict=True)
+    ]
 
 
 READ_FILE = {
@@ -486,12 +504,15 @@ def main() -> None:
         simple: dict[str, Callable[[Ask, bool], dict[str, float]]] = {
             "session": session,
             "concurrent": concurrent,
-            "prefill": prefill,
         }
         for name, fn in simple.items():
             if name in only:
                 print(f"== {name}", flush=True)
                 add(name, fn(e_ask, args.quick), fn(l_ask, args.quick) if l_ask else None)
+        if "prefill" in only:
+            print("== prefill", flush=True)
+            figures = prefill([e_ask, l_ask] if l_ask else [e_ask], args.quick)
+            add("prefill", figures[0], figures[1] if l_ask else None)
         if "forced" in only:
             print("== forced", flush=True)
             theirs: dict[str, float] | None = None
