@@ -165,6 +165,10 @@ class Context:
 
     # -- saved states ---------------------------------------------------
 
+    def state_size(self, seq: int) -> int:
+        """Bytes `save(seq)` would return, without copying them."""
+        return int(llama_cpp.llama_state_seq_get_size_ext(self.ctx, seq, 0))
+
     def save(self, seq: int, partial: bool = False) -> bytes:
         """The sequence's state; `partial`: only its sliding-window layers
         (a checkpoint, a few MB, to resume from this position later)."""

@@ -29,7 +29,7 @@ from .context import Context
 from .diskcache import DiskTier
 from .job import Job
 from .model import Model
-from .prefixes import MIN_SAVE, Prefixes
+from .prefixes import MIN_SAVE, PARK_AT, Prefixes
 from .sampling import Sampler
 from .slots import Slot, choose, common_prefix
 from .speculate import SIZES, Costs, Drafter, Gate, measure
@@ -167,6 +167,8 @@ class Scheduler:
         if plan.save:
             self.prefixes.save(slot)
         reuse = self.prefixes.reuse(slot, plan.options, prompt, hit)
+        if len(prompt) - reuse >= PARK_AT:
+            self.prefixes.park_idle(slot)
         known = max(stored, cached, *(common_prefix(s.held, prompt) for s in self.slots))
         miss = ""
         if reuse < len(prompt) - 1:
