@@ -35,6 +35,7 @@ SUFFIXES = (8, 4, 2)  # tokens of the sequence's end looked for, longest first
 CANDIDATES = 16  # occurrences of a suffix compared, latest first
 AGREEMENT = 64  # tokens before an occurrence compared with those before the suffix
 RETRY = 32  # steps a sequence that stopped drafting waits before it tries again
+DECAY = 0.8  # what a draft's outcome still counts one draft later
 
 
 class Drafter:
@@ -111,16 +112,30 @@ class Drafter:
 
 @dataclass
 class Acceptance:
-    """What one sequence's drafts have been worth."""
+    """What one sequence's drafts have been worth.
 
-    rate: float = 0.6  # of drafted tokens, the share accepted (moving average)
+    Acceptance comes in runs (a copy is accepted for dozens of tokens, then
+    an edit misses), so the chance that a drafted token is kept, given the
+    one before it was, is estimated from runs: tokens kept over tokens kept
+    and drafts cut short by a miss, both decaying so the estimate follows
+    what the sequence is doing now. A draft kept whole counts no miss: its
+    run went on past it.
+    """
+
+    kept: float = 1.2  # drafted tokens accepted (decaying; a prior of 0.6 in 2)
+    missed: float = 0.8  # drafts a miss cut short (decaying)
     length: int = 4  # the draft length it asks for next
     idle: int = 0  # steps since it stopped drafting (0: drafting)
+
+    @property
+    def rate(self) -> float:
+        return self.kept / (self.kept + self.missed)
 
     def update(self, drafted: int, accepted: int, cap: int) -> None:
         if drafted == 0:
             return
-        self.rate = 0.7 * self.rate + 0.3 * (accepted / drafted)
+        self.kept = DECAY * self.kept + accepted
+        self.missed = DECAY * self.missed + (accepted < drafted)
         if accepted == drafted:
             self.length = min(cap, self.length * 2)
         else:
@@ -176,7 +191,8 @@ class Gate:
                 stat.idle += 1
                 if stat.idle < RETRY:
                     continue
-                stat.idle, stat.length, stat.rate = 0, 1, Acceptance.rate  # try again
+                stat.idle, stat.length = 0, 1  # try again, as a newcomer
+                stat.kept, stat.missed = Acceptance.kept, Acceptance.missed
             best, gain = 0, 0.0
             for k in range(1, min(stat.length, available, self.cap) + 1):
                 expected = sum(stat.rate**i for i in range(1, k + 1))

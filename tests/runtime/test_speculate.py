@@ -88,12 +88,27 @@ def test_drafts_lengthen_when_accepted_and_stop_when_they_fail() -> None:
     gate.account(0, 4, 4)
     assert gate.stats[0].length == 8
     assert gate.lengths(1, {0: 16}) == {0: 8}
-    for _ in range(8):
+    gate.account(0, 8, 0)  # one miss: it drafts on, less far
+    assert gate.lengths(1, {0: 16}) == {0: 1}
+    for _ in range(16):
         gate.account(0, 8, 0)  # nothing accepted, again and again
     assert gate.lengths(1, {0: 16}) == {}  # it rests
     for _ in range(RETRY - 2):
         assert gate.lengths(1, {0: 16}) == {}
     assert gate.lengths(1, {0: 16}) == {0: 1}  # and tries again, one token
+
+
+def test_a_run_broken_by_one_miss_keeps_its_long_drafts() -> None:
+    """Copying is accepted in runs: after 60-odd tokens kept and one edit
+    that missed, a draft is still worth its full length where a row costs a
+    fifth of a step (a per-token average of 0.85 would have cut it short)."""
+    gate = Gate(costs(per_token=0.004, fixed=0.02), cap=16)
+    for _ in range(4):
+        gate.account(0, 16, 16)
+    gate.account(0, 16, 12)  # the edit
+    gate.account(0, 13, 13)
+    assert gate.stats[0].rate > 0.95
+    assert gate.lengths(1, {0: 16}) == {0: 16}
 
 
 def test_several_busy_sequences_draft_less() -> None:
