@@ -74,7 +74,9 @@ def tiny_server(trip: RoundTrip) -> Iterator[str]:
         answer=trip.answer,
         end_token=trip.end_token,
     )
-    server = EngyServer(str(path), "--ctx-size", str(trip.ctx_size))
+    # Drafts in every step (whatever they cost here): the forced call must
+    # parse with speculation on, in every family.
+    server = EngyServer(str(path), "--ctx-size", str(trip.ctx_size), "--speculative", "on")
     try:
         yield server.url
     finally:
