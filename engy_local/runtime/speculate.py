@@ -191,12 +191,12 @@ class Gate:
                 stat.idle += 1
                 if stat.idle < RETRY:
                     continue
-                stat.idle, stat.length = 0, 1  # try again, as a newcomer
-                stat.kept, stat.missed = Acceptance.kept, Acceptance.missed
-            best, gain = 0, 0.0
+                stat = self.stats[seq] = Acceptance(length=1)  # try again, as a newcomer
+            rate, base = stat.rate, self.costs.of(rows + extra)
+            best, gain, expected = 0, 0.0, 0.0
             for k in range(1, min(stat.length, available, self.cap) + 1):
-                expected = sum(stat.rate**i for i in range(1, k + 1))
-                cost = self.costs.of(rows + extra + k) - self.costs.of(rows + extra)
+                expected += rate**k  # tokens a k-token draft is expected to keep
+                cost = self.costs.of(rows + extra + k) - base
                 value = expected * per_token - self.margin * cost
                 if value > gain:
                     best, gain = k, value
