@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
 from .families import Family
@@ -99,6 +101,9 @@ class Prepared:
     # Where the conversation's own messages begin, after the system prompt
     # and tools (a checkpoint there serves new conversations that share them).
     marks: tuple[int, ...] = ()
+    # Where the answer would begin once the next turn renders it (just
+    # after the assistant's header; 0: the prompt's end, or not known).
+    answer_start: int = 0
     # Token index -> the part of the request it comes from ("messages[3]").
     where: Callable[[int], str] = lambda index: ""
     # A forced call's fixed start (its markers, the one tool's name), as
@@ -128,15 +133,7 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool
     if choice.mode == "tool" and not any(t.name == choice.name for t in tools):
         raise InvalidRequest(f"tool_choice: no tool named {choice.name!r}", param="tool_choice")
     forced = choice.mode in ("any", "tool") and bool(tools)
-    extra: dict[str, object] = {}
-    # A forced call or JSON answer is constrained from the first token, so
-    # no thinking first.
-    thinking = False if forced or json_answer(request) else request.thinking
-    switch = model.template.thinking_switch
-    if thinking is not None and model.family.thinking is not None:
-        extra.update(model.family.thinking(thinking))
-    elif thinking is not None and switch:
-        extra[switch] = thinking
+    extra = _switches(model, request, forced)
     conversation: Sequence[Message] = request.messages
     template_tools = to_template_tools(tools)
     if model.family.tools_as_text is not None:
@@ -157,6 +154,35 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool
         return PlacedImages(render_with(None), [], []), forced
     placeholder = image_placeholder(model.template)
     return place_images(conversation, render_with, placeholder, model.projector.marker), forced
+
+
+def _switches(model: PromptModel, request: ChatRequest, forced: bool) -> dict[str, object]:
+    """The template variables a request sets (thinking on or off)."""
+    extra: dict[str, object] = {}
+    # A forced call or JSON answer is constrained from the first token, so
+    # no thinking first.
+    thinking = False if forced or json_answer(request) else request.thinking
+    switch = model.template.thinking_switch
+    if thinking is not None and model.family.thinking is not None:
+        extra.update(model.family.thinking(thinking))
+    elif thinking is not None and switch:
+        extra[switch] = thinking
+    return extra
+
+
+def answer_start(model: PromptModel, request: ChatRequest, text: str, offsets: np.ndarray) -> int:
+    """The token where the answer to this prompt would begin once the next
+    turn renders it as a message: the prompt's end, less what the
+    generation prompt writes after the assistant's header that a rendered
+    answer does not repeat (an empty think block). 0 where that is not a
+    token boundary."""
+    forced = request.tool_choice.mode in ("any", "tool") and bool(request.tools)
+    opening = model.template.answer_opening(**_switches(model, request, forced))
+    if not opening or not text.endswith(opening):
+        return 0
+    byte = len(text.encode("utf-8")) - len(opening.encode("utf-8"))
+    at = first_token_at(offsets, byte)
+    return at if 0 < at < len(offsets) and int(offsets[at]) == byte else 0
 
 
 def tokenize(model: PromptModel, prompt: PlacedImages) -> tuple[list[int], tuple[Media, ...]]:
@@ -261,6 +287,7 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         single_call=forced or not choice.parallel,
         media=media,
         marks=marks,
+        answer_start=answer_start(model, request, text, offsets),
         where=where,
         scaffold=tuple(scaffold),
     )

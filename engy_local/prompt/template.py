@@ -38,7 +38,7 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import BadTemplate, InvalidRequest, TemplateLimitHit
+from ..errors import BadTemplate, EngyError, InvalidRequest, TemplateLimitHit
 from .messages import Quirks, needs_short_call_ids
 
 # Variables a template may read to toggle thinking, best first: DeepSeek's
@@ -244,6 +244,7 @@ class ChatTemplate:
         # Names the template reads from its context (not ones it only sets).
         self._reads = frozenset(jinja2.meta.find_undeclared_variables(ast))
         self._probed: Quirks | TemplateLimitHit | None = None
+        self._openings: dict[str, str] = {}
 
     @property
     def supports_tools(self) -> bool:
@@ -308,6 +309,27 @@ class ChatTemplate:
         if "datetime" in self._reads:
             found["datetime"] = self._now().strftime("%Y-%m-%d")
         return found
+
+    def answer_opening(self, **extra: Any) -> str:
+        """What the generation prompt writes after the assistant's header
+        that the same answer, once rendered as a message, does not start
+        with (Qwen3's empty think block with thinking off; "" for most).
+        Found once per set of template switches by rendering a probe both
+        ways; "" where the probe does not render."""
+        key = repr(sorted(extra.items()))
+        if key not in self._openings:
+            asked = [{"role": "user", "content": "Q"}]
+            # An answer as the next turn renders it: no longer the last message.
+            answered = [*asked, {"role": "assistant", "content": "ANSWER"}, *asked]
+            try:
+                prompt = self.render(asked, add_generation_prompt=True, **extra)
+                done = self.render(answered, add_generation_prompt=False, **extra)
+            except EngyError:
+                prompt = done = ""
+            pairs = enumerate(zip(prompt, done, strict=False))
+            n = next((i for i, (a, b) in pairs if a != b), min(len(prompt), len(done)))
+            self._openings[key] = prompt[n:] if done[n:].startswith("ANSWER") else ""
+        return self._openings[key]
 
     @property
     def quirks(self) -> Quirks:

@@ -21,8 +21,8 @@ class Entry:
     tokens: list[int]
     state: bytes
     pos_min: int  # the lowest position the state still holds (sliding windows)
-    # Sliding-window checkpoints of the sequence at earlier positions (kept
-    # for the disk tier, which can resume only where a window was kept).
+    # Checkpoints of the sequence at earlier positions (sliding windows,
+    # recurrent states): where the entry can be resumed short of its end.
     windows: list[tuple[int, bytes]] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)  # see Slot.ends
     used: int = field(default_factory=lambda: next(_clock))
@@ -47,20 +47,30 @@ class PromptCache:
     def used(self) -> int:
         return self.pinned + sum(e.size for e in self.entries)
 
-    def best(self, tokens: list[int]) -> tuple[Entry | None, int]:
-        """The entry sharing the longest prefix with `tokens`, and its length."""
+    def best(
+        self, tokens: list[int], reach: Callable[[Entry, int], int] | None = None
+    ) -> tuple[Entry | None, int]:
+        """The entry sharing the longest prefix with `tokens`, and its length;
+        with `reach`, the entry and length that can be resumed at (for a
+        recurrent model, its end or one of its checkpoints)."""
         found, length = None, 0
         for entry in self.entries:
             n = common_prefix(entry.tokens, tokens)
+            if reach is not None:
+                n = reach(entry, n)
             if n > length:
                 found, length = entry, n
         return found, length
 
-    def covers(self, tokens: list[int]) -> bool:
-        """An entry already holds all of `tokens`."""
-        return any(
-            len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens for e in self.entries
-        )
+    def covers(self, tokens: list[int], recurrent: bool = False) -> bool:
+        """An entry already holds all of `tokens` (`recurrent`: and can be
+        resumed at their end)."""
+        n = len(tokens)
+        for e in self.entries:
+            held = len(e.tokens) >= n and e.tokens[:n] == tokens
+            if held and (not recurrent or n in (len(e.tokens), *(p for p, _ in e.windows))):
+                return True
+        return False
 
     def put(
         self,

@@ -59,10 +59,15 @@ class Batch:
 
 
 class Context:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, rollback: int = 0) -> None:
+        """`rollback`: for a model with recurrent state, how many of a
+        sequence's latest tokens llama.cpp keeps a snapshot of the state
+        after, so that a draft's rejected tokens can be dropped (each
+        snapshot costs one more copy of every sequence's recurrent state)."""
         self.model = model
         self.n_seq = model.parallel
         p = llama_cpp.llama_context_default_params()
+        p.n_rs_seq = rollback if model.recurrent else 0
         # Every sequence may hold a whole window at once.
         p.n_ctx = model.n_ctx * self.n_seq
         self.n_batch = BATCH
@@ -87,6 +92,8 @@ class Context:
         self._open = True
         self.memory = llama_cpp.llama_get_memory(ctx)
         self.batch = Batch(BATCH)
+        # 0 where the architecture has no such snapshots (llama.cpp says).
+        self.rollback = int(llama_cpp.llama_n_rs_seq(ctx))
 
     # -- decoding -------------------------------------------------------
 
@@ -111,18 +118,22 @@ class Context:
 
     def cut(self, seq: int, keep: int) -> bool:
         """Keeps the first `keep` positions of `seq`; False where the cache
-        cannot (recurrent state, or a sliding window that no longer holds
-        the tokens before `keep`)."""
+        cannot (recurrent state, which only a checkpoint takes back: see
+        `rewind`; or a sliding window that no longer holds the tokens before
+        `keep`)."""
         if self.model.recurrent and keep > 0:
-            # Nothing can be cut from a recurrent state; keeping all of it is fine.
-            return keep == self.pos_max(seq) + 1
+            return keep == self.held(seq)
         if not self._window_covers(seq, keep):
             return False
         return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq, keep, -1))
 
-    def copy(self, src: int, dst: int, keep: int) -> bool:
-        """Makes `dst` hold the first `keep` positions of `src`."""
-        if self.model.recurrent or not self._window_covers(src, keep):
+    def copy(self, src: int, dst: int, keep: int, checkpoint: bytes | None = None) -> bool:
+        """Makes `dst` hold the first `keep` positions of `src`. A recurrent
+        state is copied whole, or (`keep` short of its end) taken from
+        `checkpoint`, saved when `src` held `keep` tokens."""
+        if self.model.recurrent:
+            return self._copy_recurrent(src, dst, keep, checkpoint)
+        if not self._window_covers(src, keep):
             return False
         self.clear(dst)
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, 0, keep)
@@ -139,10 +150,35 @@ class Context:
                 return False
         return True
 
-    def drop_after(self, seq: int, keep: int) -> None:
+    def _copy_recurrent(self, src: int, dst: int, keep: int, checkpoint: bytes | None) -> bool:
+        whole = keep == self.held(src)
+        if not whole and checkpoint is None:
+            return False
+        self.clear(dst)
+        # Attention cells are shared up to `keep`; the recurrent state is
+        # shared whole (llama.cpp copies it when either sequence moves on),
+        # then replaced by the checkpoint's where `keep` is short of the end.
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, 0, keep)
+        if not whole:
+            assert checkpoint is not None
+            if not self._read(dst, checkpoint, _PARTIAL):
+                self.clear(dst)
+                return False
+        if self.held(dst) != keep:
+            self.clear(dst)
+            return False
+        return True
+
+    def drop_after(self, seq: int, keep: int) -> bool:
         """Removes the positions from `keep` on: a draft the model did not
-        take (the newest positions only: what is before them is intact)."""
-        llama_cpp.llama_memory_seq_rm(self.memory, seq, keep, -1)
+        take (the newest positions only: what is before them is intact). A
+        recurrent state goes back to llama.cpp's snapshot after `keep`,
+        which it holds for the `rollback` latest tokens of the last step.
+        False, and the sequence cleared, where that could not be done."""
+        if llama_cpp.llama_memory_seq_rm(self.memory, seq, keep, -1):
+            return True
+        self.clear(seq)
+        return False
 
     def held(self, seq: int) -> int:
         """Positions the KV cache holds for `seq` (0 when empty)."""
@@ -171,7 +207,8 @@ class Context:
 
     def save(self, seq: int, partial: bool = False) -> bytes:
         """The sequence's state; `partial`: only its sliding-window layers
-        (a checkpoint, a few MB, to resume from this position later)."""
+        or its recurrent state (a checkpoint, to resume from this position
+        later)."""
         flags = _PARTIAL if partial else 0
         size = llama_cpp.llama_state_seq_get_size_ext(self.ctx, seq, flags)
         buf = (ctypes.c_uint8 * size)()
@@ -180,11 +217,18 @@ class Context:
 
     def rewind(self, seq: int, pos: int, checkpoint: bytes) -> bool:
         """Back to `pos`, where `checkpoint` was saved: the full-attention
-        layers are cut there and the window layers put back as they were."""
+        layers are cut there, and the window layers (or the recurrent
+        state) put back as they were."""
         if self.model.recurrent:
-            return False
-        llama_cpp.llama_memory_seq_rm(self.memory, seq, pos, -1)
-        if not self._read(seq, checkpoint, _PARTIAL) or self.pos_max(seq) != pos - 1:
+            # The state first: llama.cpp refuses to cut a recurrent state
+            # short of its end, and once it is the checkpoint's, the cut
+            # leaves it as it is and cuts the attention layers only.
+            ok = self._read(seq, checkpoint, _PARTIAL)
+            ok = ok and bool(llama_cpp.llama_memory_seq_rm(self.memory, seq, pos, -1))
+        else:
+            llama_cpp.llama_memory_seq_rm(self.memory, seq, pos, -1)
+            ok = self._read(seq, checkpoint, _PARTIAL)
+        if not ok or self.pos_max(seq) != pos - 1:
             self.clear(seq)
             return False
         return True

@@ -6,7 +6,10 @@ Entries are segments of token sequences, each a file: the tokens from
 model with a sliding window, the window as it was at `end`. A segment's
 parent holds the positions before it, so a conversation that grows writes
 only its new tokens, and conversations sharing a preamble share its
-segments. A state whose cells cannot be read apart (kvstate.Unparsed) is one
+segments. A model with recurrent state is stored the same way as a windowed
+one, its recurrent state at `end` in place of the window (a hybrid's
+attention cells are still cut by position); it resumes only at a segment's
+end. A state whose cells cannot be read apart (kvstate.Unparsed) is one
 segment from 0, whole.
 
 - Lookup: a hash chain over blocks of BLOCK tokens finds the segments whose
@@ -43,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kvstate
+from . import kvstate, segments
 from .identity import Identity
 from .kvfiles import (
     HEADER,
@@ -104,12 +107,19 @@ def _common(a: np.ndarray, b: np.ndarray) -> int:
 
 
 class DiskTier:
-    def __init__(self, budget: DiskBudget, identity: Identity, windowed: bool) -> None:
+    def __init__(
+        self, budget: DiskBudget, identity: Identity, windowed: bool, recurrent: str = ""
+    ) -> None:
         self.root = root = budget.root
         self.shared = budget
         self.budget = budget.limit
         self.identity = identity
         self.windowed = windowed  # the model keeps a sliding window (two caches)
+        # "hybrid" (attention and recurrent layers), "recurrent" (no
+        # attention), "": none. Its segments end in the recurrent state.
+        self.recurrent = recurrent
+        self.layout = segments.Layout(windowed, recurrent)
+        self.checkpointed = self.layout.checkpointed  # resumes only where a state was kept
         self.dir = root / identity.key
         self.on = budget.limit > 0
         self.segments: dict[str, Segment] = {}
@@ -233,9 +243,12 @@ class DiskTier:
         while key:
             seg = self.segments[key]
             if seg.start < common:
-                if not self.windowed:
+                if not self.checkpointed:
                     return Hit(key, min(common, seg.end))
-                if seg.window and common >= seg.end - 1:
+                # A window at `end` still covers the token before it; a
+                # recurrent state is exactly where it was kept.
+                reach = seg.end if self.recurrent else seg.end - 1
+                if seg.window and common >= reach:
                     return Hit(key, min(common, seg.end))
             key = seg.parent
         return None
@@ -271,7 +284,7 @@ class DiskTier:
             path[-1].hits += 1
             self.hits += 1
             self.restored_tokens += hit.tokens
-        whole = path[-1].whole or self.windowed
+        whole = path[-1].whole or self.checkpointed
         held_n = held.size if whole else hit.tokens
         ends = [seg.end for seg in path if seg.end <= held_n]
         return [int(t) for t in held[:held_n]], blob, ends
@@ -279,16 +292,7 @@ class DiskTier:
     def _assemble(self, path: list[Segment], n: int) -> bytes:
         if path[-1].whole:
             return self._payload(path[-1])[1]
-        pieces, window = [], b""
-        for seg in path:
-            _, piece, window = self._split(seg)
-            parsed = kvstate.parse(piece, 1)[0]
-            if parsed is not None:
-                pieces.append(parsed)
-        cells = kvstate.concat(pieces)
-        if self.windowed:
-            return kvstate.write([cells, kvstate.parse(window, 1)[0]])
-        return kvstate.write([cells.take(0, n)])
+        return segments.assemble(self.layout, [self._split(seg)[1:] for seg in path], n)
 
     def _payload(self, seg: Segment) -> tuple[dict[str, Any], bytes]:
         header, payload = read_file(self._path(seg.key))
@@ -364,34 +368,12 @@ class DiskTier:
             parent, start = self._stored_prefix(arr)
         if start >= len(tokens):
             return  # all of it is stored already
-        try:
-            caches = kvstate.parse(state, 2 if self.windowed else 1)
-        except kvstate.Unparsed:
+        pieces = segments.cut(self.layout, state, windows, ends, start, len(tokens))
+        if pieces is None:
             self._write_segment("", 0, arr, state, b"", whole=True)
             return
-        base, window = caches[0], caches[1] if self.windowed else None
-        if base is None or (self.windowed and window is None):
-            return
-        # A windowed model can resume only where a window was kept: each
-        # checkpoint after what is stored ends a segment of its own.
-        if self.windowed:
-            cuts: list[tuple[int, bytes | None]] = [
-                (p, w) for p, w in sorted(windows) if start < p < len(tokens)
-            ]
-        else:
-            cuts = [(p, None) for p in sorted(set(ends)) if start < p < len(tokens)]
-        # What follows a windowed model's last prompt is its answer, which the
-        # next turn renders anew: a window there would serve nobody.
-        tail = [] if self.windowed and cuts else [(len(tokens), None)]
-        for end, win in [*cuts, *tail]:
-            piece = kvstate.write([base.take(start, end)])
-            if self.windowed:
-                win_blob = kvstate.write([window]) if win is None else _window_of(win)
-                if win_blob is None:
-                    continue
-            else:
-                win_blob = b""
-            parent = self._write_segment(parent, start, arr[start:end], piece, win_blob)
+        for end, base, window in pieces:
+            parent = self._write_segment(parent, start, arr[start:end], base, window)
             start = end
 
     def _stored_prefix(self, tokens: np.ndarray) -> tuple[str, int]:
@@ -491,12 +473,3 @@ class DiskTier:
                 "hits": self.hits,
                 "restored_tokens": self.restored_tokens,
             }
-
-
-def _window_of(checkpoint: bytes) -> bytes | None:
-    """A partial (window-only) checkpoint, as the window part of a file."""
-    try:
-        window = kvstate.parse(checkpoint, 1)[0]
-    except kvstate.Unparsed:
-        return None
-    return kvstate.write([window]) if window is not None else None

@@ -24,7 +24,8 @@ class Job:
     emit: Sink  # thread-safe; None marks the end of the job's events
     single_call: bool = False  # stop after the first complete tool call
     media: tuple[Any, ...] = ()  # vision.Media: the images among `tokens`, in order
-    marks: tuple[int, ...] = ()  # where a sliding-window checkpoint is worth keeping
+    marks: tuple[int, ...] = ()  # where the conversation's messages begin (a checkpoint)
+    answer_start: int = 0  # where a re-rendered last answer would begin (prepare.py)
     where: Callable[[int], str] = lambda index: ""  # token index -> the request's part
     scaffold: tuple[int, ...] = ()  # a forced call's fixed start, taken without sampling
     cancelled: threading.Event = field(default_factory=threading.Event)

@@ -16,9 +16,12 @@ cache writes, for one sequence:
 A model with a sliding window writes two caches one after the other: the
 full-attention one, then the window one (only the window one for a partial
 state). Cells come in the cache's own order, not by position; `pieces`
-sorts them. Anything else (recurrent state, cells with M-RoPE positions, a
-layout that does not add up to the blob's length) is `Unparsed`, and the
-caller keeps such a state whole.
+sorts them. A hybrid model (attention and recurrent layers) writes its
+attention cache, then its recurrent state, which is kept here as opaque
+bytes (`split_recurrent`); a partial state is the recurrent part alone.
+Anything else (cells with M-RoPE positions, a layout that does not add up
+to the blob's length) is `Unparsed`, and the caller keeps such a state
+whole.
 """
 
 from __future__ import annotations
@@ -178,3 +181,27 @@ def write(caches: list[Cache | None]) -> bytes:
                 out += struct.pack("<iQ", layer.type, layer.row)
             out += layer.data.tobytes()
     return bytes(out)
+
+
+def split_recurrent(blob: bytes, attention: bool) -> tuple[Cache | None, bytes]:
+    """A recurrent model's state: its attention cells (a hybrid's; None for
+    a purely recurrent model or where it holds none) and the recurrent part
+    as llama.cpp wrote it. A partial state (`attention` False) is the
+    recurrent part alone."""
+    reader = _Reader(blob)
+    if reader.take("<I") != MAGIC:
+        raise Unparsed("not a sequence state")
+    reader.take("<i")
+    cache = _cache(reader) if attention else None
+    rest = bytes(reader.blob[reader.at :])
+    if not rest:
+        raise Unparsed("no recurrent state")
+    return cache, rest
+
+
+def join_recurrent(cells: Cache | None, recurrent: bytes, attention: bool) -> bytes:
+    """The state blob of attention cells and a recurrent part (the inverse
+    of `split_recurrent`)."""
+    if attention:
+        return write([cells]) + recurrent
+    return struct.pack("<Ii", MAGIC, 0) + recurrent

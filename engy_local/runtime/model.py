@@ -138,10 +138,11 @@ class Model(Tokens):
         self.n_swa = int(llama_cpp.llama_model_n_swa(handle))
         self.n_layer = int(llama_cpp.llama_model_n_layer(handle))
         self.n_embd = int(llama_cpp.llama_model_n_embd(handle))
-        # Recurrent state cannot be cut back to a prefix: reuse is whole or nothing.
-        self.recurrent = bool(
-            llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle)
-        )
+        # Recurrent state (Mamba, RWKV; hybrids beside attention layers:
+        # Qwen3.5, LFM2, Nemotron H) cannot be cut back to a prefix: it
+        # resumes where it is, or where a checkpoint of it was kept.
+        self.hybrid = bool(llama_cpp.llama_model_is_hybrid(handle))
+        self.recurrent = self.hybrid or bool(llama_cpp.llama_model_is_recurrent(handle))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
         self.bos_text = self._token_text(llama_cpp.llama_vocab_bos(vocab))
         self.eos_text = self._token_text(llama_cpp.llama_vocab_eos(vocab))

@@ -156,6 +156,7 @@ class ModelPool:
             single_call=prepared.single_call,
             media=prepared.media,
             marks=prepared.marks,
+            answer_start=prepared.answer_start,
             where=prepared.where,
             scaffold=prepared.scaffold,
         )
@@ -248,9 +249,8 @@ class ModelPool:
             return loaded
 
     def _tier(self, model: Model) -> DiskTier | None:
-        """The disk tier of a model just loaded (None: off, or a model whose
-        state cannot be cut, as a recurrent one)."""
-        if self.disk is None or model.recurrent:
+        """The disk tier of a model just loaded (None: off)."""
+        if self.disk is None:
             return None
         root = self.disk.root
         try:
@@ -261,7 +261,8 @@ class ModelPool:
             return None
         if self._disk_budget is None:  # one bound for all models
             self._disk_budget = DiskBudget(root, self.disk.budget)
-        return DiskTier(self._disk_budget, identity, windowed=model.n_swa > 0)
+        recurrent = "hybrid" if model.hybrid else "recurrent" if model.recurrent else ""
+        return DiskTier(self._disk_budget, identity, windowed=model.n_swa > 0, recurrent=recurrent)
 
     def _make_room(self, cost: int) -> None:
         """Unload idle models, least recently used first, until `cost` fits."""
@@ -319,6 +320,7 @@ class ModelPool:
                         quantization=lm.info.quantization,
                         aliases=served.aliases,
                         caches=lm.worker.caches(),
+                        limits=lm.worker.limits(),
                         sequences=[SequenceStatus(**seq) for seq in lm.worker.sequences()],
                         images=lm.model.projector is not None,
                         split=lm.model.split.line(),

@@ -16,18 +16,42 @@ from .cache import PromptCache
 from .context import Context
 from .diskcache import DiskTier, Hit
 from .model import Model
-from .slots import Checkpoint, Option, Slot
+from .slots import Checkpoint, Option, Slot, resumable
 
 log = logging.getLogger("engy.requests")
 
 # A sequence holding at least this many tokens that a request would drop is
 # saved to the RAM cache first (below it, evaluating again is cheaper).
 MIN_SAVE = 256
-# Checkpoints kept per sequence (sliding-window models), latest prompts' ends.
+# Checkpoints kept per sequence, the latest (and the first mark): sliding-
+# window models keep their prompts' ends; recurrent ones more (`points`).
 MAX_CHECKPOINTS = 3
+MAX_RECURRENT_CHECKPOINTS = 8
+# A recurrent model's long read keeps a checkpoint every STRIDE tokens (an
+# edit far into a long prompt then costs at most this many tokens again).
+STRIDE = 4096
 # A prompt with at least this many tokens to read parks the idle sequences
 # in the RAM cache first (park_idle).
 PARK_AT = 2048
+
+
+def points(
+    model: Model, prompt: int, reuse: int, marks: tuple[int, ...], answer: int
+) -> tuple[int, ...]:
+    """Where reading a prompt of `prompt` tokens from `reuse` on stops to
+    keep a checkpoint, before its end (which sliding-window models keep
+    anyway). A sliding window: where the conversation's messages begin
+    (`marks`). A recurrent state: there too, where the last turn's answer
+    begins once the next turn renders it (`answer`, just after the
+    assistant's header), one token before the end (the same prompt sent
+    again must evaluate one token), and every STRIDE tokens."""
+    if model.recurrent:
+        found = {*marks, answer, prompt - 1, *range(STRIDE, prompt - 1, STRIDE)}
+    elif model.n_swa > 0:
+        found = set(marks)
+    else:
+        return ()
+    return tuple(sorted(p for p in found if reuse < p < prompt))
 
 
 class Prefixes:
@@ -41,6 +65,12 @@ class Prefixes:
         # What the RAM cache lets go is written to disk (when there is one).
         self.cache = PromptCache(model.cache_ram, on_drop=self.to_disk)
 
+    def limits(self) -> list[str]:
+        """What no tier can do for this model, in a few words."""
+        if self.model.recurrent and self.cache.budget <= 0 and self.disk is None:
+            return ["checkpoints off (--cache-ram 0): a turn resumes only where it stands"]
+        return []
+
     def reuse(
         self, slot: Slot, options: tuple[Option, ...], prompt: list[int], hit: Hit | None
     ) -> int:
@@ -51,8 +81,9 @@ class Prefixes:
         for option in options:
             if option.source == "self":
                 attempts.append((option.reuse, partial(self._cut, slot)))
-                # Where the window layers no longer reach back that far, the
-                # latest checkpoint before it does.
+                # Where the window layers no longer reach back that far, or
+                # a recurrent state is past it, the latest checkpoint before
+                # it does.
                 usable = [c for c in slot.checkpoints if c.pos <= option.reuse]
                 if usable:
                     cp = usable[-1]
@@ -90,15 +121,52 @@ class Prefixes:
         return True
 
     def _copy(self, donor: Slot, slot: Slot, n: int) -> bool:
-        if not self.ctx.copy(donor.id, slot.id, n):
+        at = [c.state for c in donor.checkpoints if c.pos == n]
+        if not self.ctx.copy(donor.id, slot.id, n, at[-1] if at else None):
             return False
         slot.replace(donor.held[:n])
         slot.checkpoints = [c for c in donor.checkpoints if c.pos <= n]
         slot.ends = [e for e in donor.ends if e <= n]
         return True
 
+    def missed(
+        self, where: Callable[[int], str], n: int, known: int, usable: int, reuse: int
+    ) -> str:
+        """Why a prompt of `n` tokens read only `reuse` from cache: where it
+        left the longest cached prefix (`known` tokens, `usable` of them a
+        place to resume), and for a recurrent model the checkpoint it
+        resumed at instead. "" where all but the last token was cached."""
+        if reuse >= n - 1:
+            return ""
+        part = where(known) if known else "nothing cached shares its start"
+        miss = f"token {known} of {n}, in {part}"
+        if self.model.recurrent and reuse < usable:
+            # The cached tokens go further than any state it could resume.
+            if reuse:
+                return f"{miss}; resumed at the checkpoint at token {reuse}"
+            return f"{miss}; no checkpoint of the recurrent state before it"
+        return miss
+
+    def cached(self, prompt: list[int], usable: Callable[[int], int]) -> int:
+        """The most of `prompt` the RAM cache can give (a recurrent model:
+        where an entry can be resumed; any other: its longest prefix, which
+        `usable` cuts to where evaluation can resume, later)."""
+        if not self.model.recurrent:
+            return self.cache.best(prompt)[1]
+        return self.cache.best(prompt, partial(_entry_reach, usable))[1]
+
+    def covers(self, tokens: list[int]) -> bool:
+        return self.cache.covers(tokens, self.model.recurrent)
+
     def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
-        entry, _ = self.cache.best(prompt)
+        recurrent = self.model.recurrent
+
+        def gives(entry: CacheEntry, k: int) -> int:
+            """`n`, where a recurrent entry can be resumed there."""
+            ends = [len(entry.tokens), *(p for p, _ in entry.windows)]
+            return n if k >= n and n in ends else 0
+
+        entry, _ = self.cache.best(prompt, gives if recurrent else None)
         n_swa = self.model.n_swa
         if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa + 1)):
             return False
@@ -108,7 +176,13 @@ class Prefixes:
         self.cache.touch(entry)
         slot.replace(list(entry.tokens))
         slot.ends = [e for e in entry.ends if e <= len(entry.tokens)]
-        if not self._cut(slot, n):
+        if recurrent:
+            slot.checkpoints = [Checkpoint(p, w) for p, w in entry.windows]
+            at = [c for c in slot.checkpoints if c.pos == n]
+            if n < len(entry.tokens) and not (at and self._rewind(slot, at[-1], n)):
+                return False
+            self.pin()
+        elif not self._cut(slot, n):
             return False
         self.cache.hits += 1
         self.cache.restored_tokens += n
@@ -129,22 +203,33 @@ class Prefixes:
         return self._cut(slot, n)
 
     def checkpoint(self, slot: Slot, mark: bool = False) -> None:
-        """At the end of a prompt, for models with a sliding window: the
-        next turn usually resumes here, after the answer it drops. And
-        (`mark`) where the conversation's messages begin: a new conversation
-        with the same system prompt and tools resumes there."""
-        if self.model.n_swa <= 0 or self.model.recurrent:
+        """Where a later prompt may leave this one, for models whose state
+        cannot be cut back there (a sliding window, recurrent state): the
+        end of a prompt (the next turn usually resumes there, after the
+        answer it drops) and (`mark`) where the conversation's messages
+        begin: a new conversation with the same system prompt and tools
+        resumes there. Recurrent models keep more (see the scheduler), all
+        counted in the RAM cache's budget: the oldest go first."""
+        recurrent = self.model.recurrent
+        if self.model.n_swa <= 0 and not recurrent:
             return
         if self.cache.budget <= 0 and self.disk is None:
             return
         pos = len(slot.held)
-        if slot.checkpoints and slot.checkpoints[-1].pos == pos:
+        if any(c.pos == pos for c in slot.checkpoints):
             return
         state = self.ctx.save(slot.id, partial=True)
-        kept = [*slot.checkpoints, Checkpoint(pos, state, mark)]
+        most = MAX_RECURRENT_CHECKPOINTS if recurrent else MAX_CHECKPOINTS
+        kept = sorted([*slot.checkpoints, Checkpoint(pos, state, mark)], key=lambda c: c.pos)
         marks = [c for c in kept if c.mark][:1]  # the first mark stays
         rest = [c for c in kept if not any(c is m for m in marks)]
-        rest = rest[-(MAX_CHECKPOINTS - len(marks)) :]
+        rest = rest[-(most - len(marks)) :]
+        # Room in the budget: this sequence's oldest checkpoints go first.
+        others = self.cache.pinned - sum(len(c.state) for c in slot.checkpoints)
+        while len(rest) > 1 and others + sum(len(c.state) for c in [*marks, *rest]) > (
+            self.cache.budget
+        ):
+            rest.pop(0)
         slot.checkpoints = sorted([*marks, *rest], key=lambda c: c.pos)
         self.pin()
 
@@ -177,8 +262,6 @@ class Prefixes:
         10% more CPU per token (llama-server clears idle slots the same
         way). A conversation comes back from the cache when it returns; one
         too large for the cache stays where it is."""
-        if self.model.recurrent:
-            return
         room = self.cache.budget - self.cache.pinned
         for slot in self.slots:
             if slot is keep or slot.busy or not slot.held:
@@ -233,7 +316,7 @@ class Prefixes:
         the bookkeeping is wrong). Only while the model's thread is idle."""
         out = []
         for s in self.slots:
-            if self.model.recurrent or s.busy:
+            if s.busy:
                 continue
             kv = self.ctx.held(s.id)
             if kv != len(s.held):
@@ -253,3 +336,9 @@ class Prefixes:
         for entry in self.cache.entries:
             self.to_disk(entry)
         self.disk.close()
+
+
+def _entry_reach(usable: Callable[[int], int], entry: CacheEntry, n: int) -> int:
+    """Where a recurrent model's cache entry resumes for a prompt sharing
+    its first `n` tokens."""
+    return resumable(usable(n), len(entry.tokens), (p for p, _ in entry.windows))

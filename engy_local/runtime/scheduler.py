@@ -29,7 +29,7 @@ from .context import Context
 from .diskcache import DiskTier
 from .job import Job
 from .model import Model
-from .prefixes import MIN_SAVE, PARK_AT, Prefixes
+from .prefixes import MIN_SAVE, PARK_AT, Prefixes, points
 from .sampling import Sampler
 from .slots import Slot, choose, common_prefix
 from .speculate import SIZES, Costs, Drafter, Gate, measure
@@ -48,6 +48,7 @@ class Running:
     media: dict[int, Any]  # start index -> vision.Media
     next_token: int | None = None  # sampled, to be decoded next step
     miss: str = ""  # where the prompt left the longest cached prefix (see Started)
+    points: tuple[int, ...] = ()  # prompt positions to checkpoint at (prefixes.points)
     drafter: Drafter | None = None  # its own tokens, for drafts (None: no drafting)
     draft: list[int] = field(default_factory=list)  # this step's draft
     pending: list[int] = field(default_factory=list)  # output, still to feed before next_token
@@ -75,7 +76,9 @@ class Fed:
 class Scheduler:
     def __init__(self, model: Model, disk: DiskTier | None = None) -> None:
         self.model = model
-        self.ctx = Context(model)
+        # A recurrent state can take a draft back only from llama.cpp's
+        # snapshots of it (dropped again if drafts do not pay: _gate).
+        self.ctx = Context(model, model.draft_max if model.speculative != "off" else 0)
         self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.disk = disk
         self.prefixes = Prefixes(model, self.ctx, self.slots, disk)
@@ -86,6 +89,8 @@ class Scheduler:
         # worker's): it inherits a read its first sender gave up on.
         self.heir: Callable[[list[int]], Job | None] = lambda tokens: None
         self.gate: Gate | None = None
+        # What a tier or drafting cannot do for this model (engy ps, the page).
+        self.limits: list[str] = self.prefixes.limits()
 
     def start(self) -> None:
         """On the thread that runs every step, before the first: anything
@@ -107,17 +112,25 @@ class Scheduler:
         gain. "on" drafts whatever the cost (a step of any size costs as
         much as one token: for tests, and machines known to gain)."""
         model = self.model
-        if model.speculative == "off" or model.recurrent:
+        if model.speculative == "off":
             return None
-        if model.speculative == "on":
-            return Gate(Costs(tuple(1.0 for _ in SIZES)), cap=model.draft_max)
-        gate = Gate(measure(self._time_step), cap=model.draft_max)
-        if not gate.pays_at_all():
-            log.info(
-                "%s: speculative decoding off (a token more costs a step here)", model.path.name
-            )
-            return None
-        return gate
+        why = "a token more costs a step here"
+        if model.recurrent and self.ctx.rollback == 0:
+            why = "llama.cpp cannot take a draft back from this model's recurrent state"
+        else:
+            cap = min(model.draft_max, self.ctx.rollback) if model.recurrent else model.draft_max
+            if model.speculative == "on":
+                return Gate(Costs(tuple(1.0 for _ in SIZES)), cap=cap)
+            gate = Gate(measure(self._time_step), cap=cap)
+            if gate.pays_at_all():
+                return gate
+        log.info("%s: speculative decoding off (%s)", model.path.name, why)
+        if model.recurrent and not self.ctx.rollback:
+            self.limits.append(f"drafts off: {why}")
+        if self.ctx.rollback:  # its recurrent-state snapshots cost memory for nothing
+            self.ctx.close()
+            self.ctx = self.prefixes.ctx = Context(self.model)
+        return None
 
     def _time_step(self, n: int) -> None:
         """One decode step of n tokens on an empty sequence, undone."""
@@ -158,10 +171,12 @@ class Scheduler:
         prompt = job.tokens
         media = {m.start: m for m in job.media}
         usable = self._usable(prompt, job.media)
-        _, cached = self.cache.best(prompt)
+        cached = self.prefixes.cached(prompt, usable)
         hit = self.disk.best(prompt, usable(len(prompt))) if self.disk is not None else None
         stored = hit.tokens if hit is not None else 0
-        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, self.cache.covers, stored)
+        recurrent = self.model.recurrent
+        covers = self.prefixes.covers
+        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, covers, stored, recurrent)
         assert plan is not None, "admitted without a free sequence"
         slot = self.slots[plan.slot]
         if plan.save:
@@ -170,16 +185,14 @@ class Scheduler:
         if len(prompt) - reuse >= PARK_AT:
             self.prefixes.park_idle(slot)
         known = max(stored, cached, *(common_prefix(s.held, prompt) for s in self.slots))
-        miss = ""
-        if reuse < len(prompt) - 1:
-            part = job.where(known) if known else "nothing cached shares its start"
-            miss = f"token {known} of {len(prompt)}, in {part}"
+        miss = self.prefixes.missed(job.where, len(prompt), known, usable(known), reuse)
         slot.busy = True
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens)
         answer = AnswerAssembler(job.parser, job.single_call)
         drafter = Drafter(prompt) if self.gate is not None else None
         running = Running(job, slot, sampler, text, answer, reuse, media, miss=miss)
+        running.points = points(self.model, len(prompt), reuse, job.marks, job.answer_start)
         running.drafter = drafter
         if self.gate is not None:
             self.gate.forget(slot.id)
@@ -222,13 +235,16 @@ class Scheduler:
             r.next_token = None
             if len(r.slot.held) < len(r.prompt):
                 r.job.emit(PromptProgress(len(r.slot.held), len(r.prompt)))
-                if f.reading and len(r.slot.held) in r.job.marks:
-                    r.slot.ends.append(len(r.slot.held))
-                    self.prefixes.checkpoint(r.slot, mark=True)
+                if f.reading and len(r.slot.held) in r.points:
+                    mark = len(r.slot.held) in r.job.marks
+                    if mark:
+                        r.slot.ends.append(len(r.slot.held))
+                    self.prefixes.checkpoint(r.slot, mark=mark)
             elif prompt_read:
                 if not r.slot.ends or r.slot.ends[-1] != len(r.slot.held):
                     r.slot.ends.append(len(r.slot.held))
-                self.prefixes.checkpoint(r.slot)
+                if not self.model.recurrent:  # its checkpoint is one token before
+                    self.prefixes.checkpoint(r.slot)
         now = time.monotonic()
         for r, at in outputs:
             if not r.t_prefilled:
@@ -385,10 +401,9 @@ class Scheduler:
             m.eval(self.ctx.ctx, slot.id, done, self.ctx.n_batch)
             slot.held.extend(prompt[done : done + m.n_tokens])
             done = len(slot.held)
-        # A chunk ends at the next image and at the next mark (checkpointed
+        # A chunk ends at the next image and at the next checkpoint (taken
         # once it is read).
-        marks = r.job.marks if self.model.n_swa > 0 else ()
-        end = min((s for s in (*r.media, *marks) if s > done), default=len(prompt))
+        end = min((s for s in (*r.media, *r.points) if s > done), default=len(prompt))
         take = prompt[done : min(end, done + budget)]
         batch = self.ctx.batch
         for k, token in enumerate(take):
@@ -424,8 +439,11 @@ class Scheduler:
         r.slot.held.extend(tokens[:stored])
         r.pending = tokens[stored : kept - 1]
         # In the cache beside the kept tokens: the draft after them.
-        if r.draft and len(r.slot.held) < self.ctx.held(r.slot.id):
-            self.ctx.drop_after(r.slot.id, len(r.slot.held))
+        extra = r.draft and len(r.slot.held) < self.ctx.held(r.slot.id)
+        if extra and not self.ctx.drop_after(r.slot.id, len(r.slot.held)):
+            r.slot.replace([])  # cleared: nothing of it is known now
+            r.draft = []
+            raise ServerError("the KV cache could not take back a draft")
         r.draft = []
         if end is None:
             r.next_token = tokens[kept - 1]

@@ -15,7 +15,7 @@ The rules, in the words a user would use:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -34,9 +34,19 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
+def resumable(n: int, held: int, points: Iterable[int]) -> int:
+    """Where a recurrent state holding `held` tokens can resume when the
+    first `n` of them are wanted: at its end, or else at the latest
+    checkpoint (`points`) at or before `n`."""
+    if n >= held:
+        return held
+    return max((p for p in points if p <= n), default=0)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
-    """A sliding-window model's window layers as they were at `pos`."""
+    """Where a sequence can be taken back to: a sliding-window model's
+    window layers, or a recurrent model's state, as they were at `pos`."""
 
     pos: int
     state: bytes
@@ -96,17 +106,25 @@ def choose(
     usable: Callable[[int], int] = lambda n: n,
     saved: Callable[[list[int]], bool] = lambda tokens: False,
     stored: int = 0,
+    recurrent: bool = False,
 ) -> Plan | None:
     """A plan for `prompt`, or None when every sequence is busy. `cached` is
     the longest prefix the RAM cache holds and `saved(tokens)` whether it
     holds all of `tokens`; `usable(n)` cuts a prefix length back to one
     evaluation can resume from (at least one token must be left to
     evaluate, and no image may be split); `stored` is what the disk tier
-    gives (already a length it can resume at)."""
+    gives (already a length it can resume at). A `recurrent` sequence
+    resumes only at its end or at one of its checkpoints (`cached` is then
+    already such a length too)."""
     free = [s for s in slots if not s.busy]
     if not free:
         return None
-    own = {s.id: usable(common_prefix(s.held, prompt)) for s in slots}
+
+    def reach(s: Slot) -> int:
+        n = usable(common_prefix(s.held, prompt))
+        return resumable(n, len(s.held), (c.pos for c in s.checkpoints)) if recurrent else n
+
+    own = {s.id: reach(s) for s in slots}
 
     def loss(s: Slot) -> int:
         """Tokens only `s` holds that taking it for `prompt` would drop."""
@@ -130,7 +148,7 @@ def choose(
     donor = max((s for s in slots if s is not target), key=lambda s: own[s.id], default=None)
     if donor is not None and own[donor.id] > own[target.id]:
         options.append(Option("copy", own[donor.id], donor.id))
-    cached = usable(cached)
+    cached = cached if recurrent else usable(cached)
     if cached > own[target.id]:
         options.append(Option("cache", cached))
     if stored > max(own[target.id], cached):

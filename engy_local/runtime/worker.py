@@ -94,6 +94,9 @@ class Worker:
     def caches(self) -> list[CacheStatus]:
         return self.scheduler.caches()
 
+    def limits(self) -> list[str]:
+        return list(self.scheduler.limits)
+
     def sequences(self) -> list[dict[str, Any]]:
         """What each KV sequence holds (for `engy ps`); a snapshot."""
         return self.scheduler.describe()
