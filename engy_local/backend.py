@@ -67,6 +67,8 @@ class ModelStatus:
     split: str = ""  # where llama.cpp put the weights: layers offloaded, MiB per device
     offloaded: int = 0  # layers on GPUs or RPC workers (the output layer counts)
     caches: list[CacheStatus] = field(default_factory=list)  # the prompt cache, by tier
+    # What this model does without, and why ("drafts off: ..."), in a few words.
+    limits: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

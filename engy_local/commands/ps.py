@@ -81,6 +81,8 @@ def print_status(models: list[ModelStatus], url: str, as_json: bool, out: Consol
     else:
         out.print(status_table(models))
         for m in models:
+            for limit in m.limits:
+                out.print(f"{m.id}: {limit}", highlight=False)
             for c in m.caches:
                 out.print(
                     f"{m.id}: {c.tier} cache {c.entries} entries, {_size(c.bytes)} of "

@@ -463,7 +463,8 @@ function renderModels() {
   loaded.replaceChildren(...state.loaded.map((m) => {
     const busy = m.sequences.filter((q) => q.busy).length;
     return h("tr", { dataset: { model: m.id } },
-      h("th", { scope: "row", "data-label": "Model" }, m.id, m.images ? badge("plain", "images") : null),
+      h("th", { scope: "row", "data-label": "Model" }, m.id, m.images ? badge("plain", "images") : null,
+        ...(m.limits || []).map((text) => h("div", { class: "small muted", text }))),
       h("td", { "data-label": "Window", text: `${int(m.context_length)} tokens` }),
       h("td", { "data-label": "Backend", text: m.backend }),
       h("td", { "data-label": "Memory", text: bytes(m.cost) }),
