@@ -107,18 +107,16 @@ def _common(a: np.ndarray, b: np.ndarray) -> int:
 
 
 class DiskTier:
-    def __init__(
-        self, budget: DiskBudget, identity: Identity, windowed: bool, recurrent: str = ""
-    ) -> None:
+    def __init__(self, budget: DiskBudget, identity: Identity, layout: segments.Layout) -> None:
         self.root = root = budget.root
         self.shared = budget
         self.budget = budget.limit
         self.identity = identity
-        self.windowed = windowed  # the model keeps a sliding window (two caches)
+        self.layout = layout
+        self.windowed = layout.windowed  # the model keeps a sliding window (two caches)
         # "hybrid" (attention and recurrent layers), "recurrent" (no
         # attention), "": none. Its segments end in the recurrent state.
-        self.recurrent = recurrent
-        self.layout = segments.Layout(windowed, recurrent)
+        self.recurrent = layout.recurrent
         self.checkpointed = self.layout.checkpointed  # resumes only where a state was kept
         self.dir = root / identity.key
         self.on = budget.limit > 0

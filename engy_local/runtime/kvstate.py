@@ -7,7 +7,7 @@ The blob starts with u32 magic (0xaf143cd8) and i32 seq_id; then each KV
 cache writes, for one sequence:
 
     u32 n_stream, then per stream: u32 cell_count, and when it is not 0
-      cell_count x (i32 pos, u32 n_seq_id, n_seq_id x i32 seq_id)
+      cell_count x (i32 pos, u32 n_seq_id, [ext], n_seq_id x i32 seq_id)
       u32 v_trans, u32 n_layer
       n_layer x (i32 k_type, u64 k_row, cell_count x k_row bytes)
       V for each layer that has one: (i32 v_type, u64 v_row, cell_count x v_row)
@@ -19,9 +19,10 @@ state). Cells come in the cache's own order, not by position; `pieces`
 sorts them. A hybrid model (attention and recurrent layers) writes its
 attention cache, then its recurrent state, which is kept here as opaque
 bytes (`split_recurrent`); a partial state is the recurrent part alone.
-Anything else (cells with M-RoPE positions, a layout that does not add up
-to the blob's length) is `Unparsed`, and the caller keeps such a state
-whole.
+A model with M-RoPE positions (Qwen2-VL, Qwen3.5) writes each cell's `ext`
+too: i32 x, i32 y, i32 tok (`ext=True` here). Anything else (cells shared
+by several sequences, a layout that does not add up to the blob's length)
+is `Unparsed`, and the caller keeps such a state whole.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Cache:
     v_trans: int
     k: tuple[Layer, ...]
     v: tuple[Layer, ...]
+    ext: np.ndarray | None = None  # int32, cells x 3 (x, y, tok); None: not written
 
     def take(self, start: int, end: int) -> Cache:
         """The cells at positions in [start, end)."""
@@ -67,7 +69,8 @@ class Cache:
             return Layer(layer.type, layer.row, layer.width, data)
 
         k, v = tuple(map(cut, self.k)), tuple(map(cut, self.v))
-        return Cache(self.positions[keep], self.seq, self.v_trans, k, v)
+        ext = self.ext[keep] if self.ext is not None else None
+        return Cache(self.positions[keep], self.seq, self.v_trans, k, v, ext)
 
     @property
     def n_cells(self) -> int:
@@ -89,6 +92,7 @@ def concat(caches: list[Cache]) -> Cache:
         first.v_trans,
         tuple(join([c.k[i] for c in caches]) for i in range(len(first.k))),
         tuple(join([c.v[i] for c in caches]) for i in range(len(first.v))),
+        np.concatenate([c.ext for c in caches]) if first.ext is not None else None,
     )
 
 
@@ -113,29 +117,30 @@ class _Reader:
         return out
 
 
-def parse(blob: bytes, caches: int) -> list[Cache | None]:
+def parse(blob: bytes, caches: int, ext: bool = False) -> list[Cache | None]:
     """The `caches` KV caches a state holds, in order; None for one that
-    holds no cell of the sequence."""
+    holds no cell of the sequence. `ext`: its cells carry M-RoPE positions."""
     reader = _Reader(blob)
     if reader.take("<I") != MAGIC:
         raise Unparsed("not a sequence state")
     reader.take("<i")
-    out = [_cache(reader) for _ in range(caches)]
+    out = [_cache(reader, ext) for _ in range(caches)]
     if reader.at != len(blob):
         raise Unparsed("bytes left over")
     return out
 
 
-def _cache(r: _Reader) -> Cache | None:
+def _cache(r: _Reader, ext: bool) -> Cache | None:
     if r.take("<I") != 1:
         raise Unparsed("not a single-stream cache")
     n = r.take("<I")
     if n == 0:
         return None
-    meta = r.bytes(n * 12)  # pos, n_seq_id = 1, seq_id: 12 bytes a cell
-    cells = np.frombuffer(meta.tobytes(), dtype="<i4").reshape(n, 3)
-    if not (cells[:, 1] == 1).all() or not (cells[:, 2] == cells[0, 2]).all():
-        raise Unparsed("cells of several sequences, or with extended positions")
+    width = 6 if ext else 3  # pos, n_seq_id = 1, [x, y, tok,] seq_id
+    meta = r.bytes(n * 4 * width)
+    cells = np.frombuffer(meta.tobytes(), dtype="<i4").reshape(n, width)
+    if not (cells[:, 1] == 1).all() or not (cells[:, -1] == cells[0, -1]).all():
+        raise Unparsed("cells of several sequences, or not laid out as expected")
     v_trans, n_layer = r.take("<I"), r.take("<I")
     if v_trans > 1 or not 0 < n_layer < 4096:
         raise Unparsed("not a KV cache's data")
@@ -153,7 +158,9 @@ def _cache(r: _Reader) -> Cache | None:
             kind, row = r.take("<i"), r.take("<Q")
             v.append(Layer(kind, row, 0, r.bytes(n * row).reshape(n, row)))
     order = np.argsort(cells[:, 0], kind="stable")
-    cache = Cache(cells[:, 0].astype(np.int32), int(cells[0, 2]), v_trans, tuple(k), tuple(v))
+    extra = cells[:, 2:5].astype(np.int32) if ext else None
+    positions = cells[:, 0].astype(np.int32)
+    cache = Cache(positions, int(cells[0, -1]), v_trans, tuple(k), tuple(v), extra)
     return cache._select(order) if not (order == np.arange(n)).all() else cache
 
 
@@ -168,8 +175,10 @@ def write(caches: list[Cache | None]) -> bytes:
             continue
         n = cache.n_cells
         out += struct.pack("<I", n)
-        meta = np.empty((n, 3), dtype="<i4")
-        meta[:, 0], meta[:, 1], meta[:, 2] = cache.positions, 1, cache.seq
+        meta = np.empty((n, 3 if cache.ext is None else 6), dtype="<i4")
+        meta[:, 0], meta[:, 1], meta[:, -1] = cache.positions, 1, cache.seq
+        if cache.ext is not None:
+            meta[:, 2:5] = cache.ext
         out += meta.tobytes()
         out += struct.pack("<II", cache.v_trans, len(cache.k))
         for layer in cache.k:
@@ -183,7 +192,7 @@ def write(caches: list[Cache | None]) -> bytes:
     return bytes(out)
 
 
-def split_recurrent(blob: bytes, attention: bool) -> tuple[Cache | None, bytes]:
+def split_recurrent(blob: bytes, attention: bool, ext: bool = False) -> tuple[Cache | None, bytes]:
     """A recurrent model's state: its attention cells (a hybrid's; None for
     a purely recurrent model or where it holds none) and the recurrent part
     as llama.cpp wrote it. A partial state (`attention` False) is the
@@ -192,7 +201,7 @@ def split_recurrent(blob: bytes, attention: bool) -> tuple[Cache | None, bytes]:
     if reader.take("<I") != MAGIC:
         raise Unparsed("not a sequence state")
     reader.take("<i")
-    cache = _cache(reader) if attention else None
+    cache = _cache(reader, ext) if attention else None
     rest = bytes(reader.blob[reader.at :])
     if not rest:
         raise Unparsed("no recurrent state")

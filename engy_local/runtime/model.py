@@ -147,6 +147,12 @@ class Model(Tokens):
         self.bos_text = self._token_text(llama_cpp.llama_vocab_bos(vocab))
         self.eos_text = self._token_text(llama_cpp.llama_vocab_eos(vocab))
         self.metadata: dict[str, str] = _metadata(handle)
+        # M-RoPE (Qwen2-VL, Qwen3.5) and per-layer n-gram embeddings
+        # (qwen4exp): each KV cell keeps more than its position, which a
+        # saved state writes beside it (kvstate).
+        rope = llama_cpp.llama_model_rope_type(handle)
+        mrope = rope in (llama_cpp.LLAMA_ROPE_TYPE_MROPE, llama_cpp.LLAMA_ROPE_TYPE_IMROPE)
+        self.cell_ext = mrope or self.metadata.get("general.architecture") == "qwen4exp"
         source = options.chat_template or self.metadata.get("tokenizer.chat_template")
         if not source:
             self.close()

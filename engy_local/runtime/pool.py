@@ -28,6 +28,7 @@ from .job import Job
 from .kvfiles import DiskBudget
 from .local import LocalGeneration, ServedModel
 from .model import Model, backend_label, label_gpu
+from .segments import Layout
 from .worker import Worker
 
 log = logging.getLogger("engy.pool")
@@ -262,7 +263,8 @@ class ModelPool:
         if self._disk_budget is None:  # one bound for all models
             self._disk_budget = DiskBudget(root, self.disk.budget)
         recurrent = "hybrid" if model.hybrid else "recurrent" if model.recurrent else ""
-        return DiskTier(self._disk_budget, identity, windowed=model.n_swa > 0, recurrent=recurrent)
+        layout = Layout(model.n_swa > 0, recurrent, model.cell_ext)
+        return DiskTier(self._disk_budget, identity, layout)
 
     def _make_room(self, cost: int) -> None:
         """Unload idle models, least recently used first, until `cost` fits."""

@@ -66,9 +66,12 @@ class Prefixes:
         self.cache = PromptCache(model.cache_ram, on_drop=self.to_disk)
 
     def limits(self) -> list[str]:
-        """What no tier can do for this model, in a few words."""
+        """What no tier can do for this model, in a few words (logged: the
+        scheduler asks once)."""
         if self.model.recurrent and self.cache.budget <= 0 and self.disk is None:
-            return ["checkpoints off (--cache-ram 0): a turn resumes only where it stands"]
+            line = "checkpoints off (--cache-ram 0): a turn resumes only where it stands"
+            log.info("%s: %s", self.model.path.name, line)
+            return [line]
         return []
 
     def reuse(

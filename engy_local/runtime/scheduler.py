@@ -107,9 +107,9 @@ class Scheduler:
             self.ctx.clear(0)
 
     def _gate(self) -> Gate | None:
-        """Drafting where it can pay ("auto"): state that can be cut back
-        (not recurrent), and a measured step cost that leaves room for a
-        gain. "on" drafts whatever the cost (a step of any size costs as
+        """Drafting where it can pay ("auto"): state that can take a draft
+        back (a recurrent one only from llama.cpp's snapshots of it), and a
+        measured step cost that leaves room for a gain. "on" drafts whatever the cost (a step of any size costs as
         much as one token: for tests, and machines known to gain)."""
         model = self.model
         if model.speculative == "off":

@@ -19,6 +19,7 @@ from . import kvstate
 class Layout:
     windowed: bool  # two KV caches: full attention, then the sliding window
     recurrent: str = ""  # "hybrid" (attention + recurrent), "recurrent" (no attention), ""
+    ext: bool = False  # cells carry M-RoPE positions (kvstate)
 
     @property
     def checkpointed(self) -> bool:
@@ -44,7 +45,7 @@ def cut(
     if layout.recurrent:
         return _cut_recurrent(layout, state, windows, start, n)
     try:
-        caches = kvstate.parse(state, 2 if layout.windowed else 1)
+        caches = kvstate.parse(state, 2 if layout.windowed else 1, layout.ext)
     except kvstate.Unparsed:
         return None
     base, window = caches[0], caches[1] if layout.windowed else None
@@ -62,7 +63,7 @@ def cut(
         piece = kvstate.write([base.take(start, end)])
         win_blob = b""
         if layout.windowed:
-            found = kvstate.write([window]) if win is None else _window_of(win)
+            found = kvstate.write([window]) if win is None else _window_of(win, layout.ext)
             if found is None:
                 continue
             win_blob = found
@@ -80,14 +81,14 @@ def _cut_recurrent(
     the next turn renders anew)."""
     hybrid = layout.recurrent == "hybrid"
     try:
-        cells, last = kvstate.split_recurrent(state, attention=hybrid)
+        cells, last = kvstate.split_recurrent(state, hybrid, layout.ext)
     except kvstate.Unparsed:
         return None
     cuts: list[tuple[int, bytes]] = []
     for pos, checkpoint in sorted(checkpoints):
         if start < pos < n:
             try:
-                cuts.append((pos, kvstate.split_recurrent(checkpoint, attention=False)[1]))
+                cuts.append((pos, kvstate.split_recurrent(checkpoint, False)[1]))
             except kvstate.Unparsed:
                 continue
     out = []
@@ -103,7 +104,7 @@ def assemble(layout: Layout, pieces: list[tuple[bytes, bytes]], n: int) -> bytes
     first first: `n` tokens of it (a checkpointed layout: to the end)."""
     cells = []
     for base, _ in pieces:
-        parsed = kvstate.parse(base, 1)[0] if base else None
+        parsed = kvstate.parse(base, 1, layout.ext)[0] if base else None
         if parsed is not None:
             cells.append(parsed)
     window = pieces[-1][1]
@@ -112,14 +113,14 @@ def assemble(layout: Layout, pieces: list[tuple[bytes, bytes]], n: int) -> bytes
         return kvstate.join_recurrent(joined, window, layout.recurrent == "hybrid")
     full = kvstate.concat(cells)
     if layout.windowed:
-        return kvstate.write([full, kvstate.parse(window, 1)[0]])
+        return kvstate.write([full, kvstate.parse(window, 1, layout.ext)[0]])
     return kvstate.write([full.take(0, n)])
 
 
-def _window_of(checkpoint: bytes) -> bytes | None:
+def _window_of(checkpoint: bytes, ext: bool) -> bytes | None:
     """A partial (window-only) checkpoint, as the window part of a file."""
     try:
-        window = kvstate.parse(checkpoint, 1)[0]
+        window = kvstate.parse(checkpoint, 1, ext)[0]
     except kvstate.Unparsed:
         return None
     return kvstate.write([window]) if window is not None else None
