@@ -59,14 +59,21 @@ def layout(text: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) ->
     data = text.encode("utf-8")
     found: list[tuple[int, str]] = []
 
-    def at(needle: str, start: int) -> int:
+    def at(piece: str, start: int) -> int:
+        """Where `piece` starts, its leading whitespace too where the
+        prompt has it (an answer's opening space is the answer's)."""
+        needle = _needle(piece)
         if not needle:
             return -1
-        return data.find(needle.encode("utf-8"), start)
+        where = data.find(needle.encode("utf-8"), start)
+        lead = piece[: len(piece) - len(piece.lstrip())].encode("utf-8")
+        if where > 0 and lead and data[max(0, where - len(lead)) : where] == lead:
+            return where - len(lead)
+        return where
 
     systems = [m for m in messages if m.role == "system"]
     for k, message in enumerate(systems):
-        where = at(_needle(message.text()), 0)
+        where = at(message.text(), 0)
         if where >= 0:
             found.append((where, f"system[{k}]"))
     for tool in tools[:1]:
@@ -79,7 +86,7 @@ def layout(text: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) ->
             continue
         parts = _parts(message)
         for j, piece in parts:
-            where = at(_needle(piece), cursor)
+            where = at(piece, cursor)
             if where < 0:
                 continue
             label = f"messages[{index}]" + (f".content[{j}]" if len(message.parts) > 1 else "")
