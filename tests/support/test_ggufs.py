@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
@@ -244,3 +245,26 @@ def test_split_gguf_loads(tmp_path: Path) -> None:
         llm.close()
     with pytest.raises(ValueError, match="single files"):
         ggufs.tiny_gguf_cached(tmp_path, split_max_tensors=4)
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "lfm2"])
+def test_hybrid_models_load_as_hybrid_and_depend_on_the_prompt(cache_dir: Path, arch: str) -> None:
+    """llama.cpp loads the tiny hybrid as a hybrid; its greedy answer uses
+    only the lexicon and changes with the prompt (the state carries it)."""
+    from support import hybrid
+
+    path = hybrid.hybrid_gguf_cached(cache_dir, arch=arch)
+    llm = load(path)
+    try:
+        assert llama_cpp.llama_model_is_hybrid(llm._model.model)
+        assert llm.metadata["general.architecture"] == arch
+        lexicon = set(llm.tokenize(hybrid.LEXICON.encode(), add_bos=False))
+        answers = set()
+        for prompt in ("note 1: keep 2\n" * 20, "note 3: keep 4\n" * 20):
+            ids = llm.tokenize(prompt.encode())
+            out = list(itertools.islice(llm.generate(ids, temp=0, reset=True), 16))
+            assert set(out) <= lexicon
+            answers.add(tuple(out))
+        assert len(answers) == 2
+    finally:
+        llm.close()

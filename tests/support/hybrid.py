@@ -1,0 +1,202 @@
+"""Tiny hybrid GGUFs for tests: recurrent layers beside attention, with
+seeded random weights, run by the real llama.cpp.
+
+Two architectures, their tensors named and shaped as llama.cpp loads them:
+- "qwen35" (Qwen3.5): Gated DeltaNet layers, every fourth layer full
+  attention with a gated query;
+- "lfm2" (LFM2): short convolutions, attention where a layer has KV heads.
+
+The weights are random, so every answer depends on the whole prompt
+through the recurrent state: a cache that restores the wrong state (or
+none) changes the greedy answer. The output layer writes only the tokens
+of a small lexicon (words and digits of the tests' prompts), its logits
+spread wide enough that argmax does not turn on rounding (batch shapes
+change the sums' order): answers are text such as "keep 7.3:\nnote 41",
+running to max_tokens, whose pairs of tokens the prompt holds too, so
+the drafter of speculative decoding finds something to propose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from support.ggufs import TEMPLATE_DIR, tokenize, tokenizer_kv, vocab_path
+
+N_EMBD = 64
+N_FF = 128
+N_LAYER = 4
+HEAD_DIM = 32
+OUTPUT_SPREAD = 8.0  # the logits' standard deviation
+ARCHS = ("qwen35", "lfm2")
+LEXICON = "note 0123456789: keep.\n"
+
+
+def build_hybrid_gguf(
+    out: Path,
+    *,
+    arch: str = "qwen35",
+    vocab: str = "qwen35",
+    template: str | None = "Qwen-Qwen3-0.6B.jinja",
+    context_length: int = 32768,
+    seed: int = 0,
+    lexicon: str = LEXICON,
+) -> Path:
+    """Write a tiny `arch` GGUF to `out` and return `out`. vocab: the
+    fixture ggml-vocab-X.gguf whose tokenizer.* keys are copied; template:
+    a chat template fixture stored as tokenizer.chat_template; lexicon:
+    the text whose tokens are all the model writes."""
+    import gguf
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, not {arch!r}")
+    kv = tokenizer_kv(vocab_path(vocab))
+    tokens = kv["tokenizer.ggml.tokens"][0]
+    types = np.asarray(kv["tokenizer.ggml.token_type"][0])
+    rng = np.random.default_rng(seed)
+
+    def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
+        """A `cols` -> `rows` projection (numpy's shape is llama.cpp's reversed)."""
+        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    w = gguf.GGUFWriter(out, arch)
+    w.add_name(f"engy-tiny-{arch}")
+    w.add_context_length(context_length)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(len(tokens))
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for key, (value, vtype, sub) in kv.items():
+        if key != "tokenizer.chat_template":
+            w.add_key_value(key, value, vtype, sub)
+    if template is not None:
+        w.add_chat_template((TEMPLATE_DIR / template).read_text())
+
+    embd = rng.standard_normal((len(tokens), N_EMBD)).astype(np.float32)
+    words = sorted(set(tokenize(vocab_path(vocab), lexicon)) & set(np.flatnonzero(types == 1)))
+    output = np.zeros((len(tokens), N_EMBD), dtype=np.float32)
+    # Every other token scores 0; the best of the lexicon's is well above.
+    output[words] = dense(len(words), N_EMBD, OUTPUT_SPREAD)
+    w.add_tensor("token_embd.weight", embd.astype(np.float16))
+    w.add_tensor("output.weight", output.astype(np.float16))
+
+    if arch == "qwen35":
+        _qwen35(w, rng, dense, ones)
+    else:
+        _lfm2(w, dense, ones)
+    for i in range(N_LAYER):
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", dense(N_FF, N_EMBD))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", dense(N_FF, N_EMBD))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", dense(N_EMBD, N_FF))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def _qwen35(w: Any, rng: np.random.Generator, dense: Any, ones: Any) -> None:
+    """Gated DeltaNet in layers 0-2, gated attention in layer 3."""
+    n_head, n_head_kv = 2, 1
+    d_state, n_group, n_v_heads, d_conv = 16, 2, 4, 4
+    key_dim, value_dim = d_state * n_group, d_state * n_v_heads
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_dimension_sections([6, 5, 5, 0])
+    w.add_full_attention_interval(4)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(value_dim)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_v_heads)
+    w.add_ssm_group_count(n_group)
+    w.add_tensor("output_norm.weight", ones(N_EMBD))
+    for i in range(N_LAYER):
+        b = f"blk.{i}"
+        w.add_tensor(f"{b}.attn_norm.weight", ones(N_EMBD))
+        w.add_tensor(f"{b}.post_attention_norm.weight", ones(N_EMBD))
+        if (i + 1) % 4 == 0:
+            w.add_tensor(f"{b}.attn_q.weight", dense(HEAD_DIM * n_head * 2, N_EMBD))
+            w.add_tensor(f"{b}.attn_k.weight", dense(HEAD_DIM * n_head_kv, N_EMBD))
+            w.add_tensor(f"{b}.attn_v.weight", dense(HEAD_DIM * n_head_kv, N_EMBD))
+            w.add_tensor(f"{b}.attn_output.weight", dense(N_EMBD, HEAD_DIM * n_head))
+            w.add_tensor(f"{b}.attn_q_norm.weight", ones(HEAD_DIM))
+            w.add_tensor(f"{b}.attn_k_norm.weight", ones(HEAD_DIM))
+            continue
+        conv_dim = key_dim * 2 + value_dim
+        w.add_tensor(f"{b}.attn_qkv.weight", dense(conv_dim, N_EMBD))
+        w.add_tensor(f"{b}.attn_gate.weight", dense(value_dim, N_EMBD))
+        w.add_tensor(f"{b}.ssm_conv1d.weight", dense(conv_dim, d_conv))
+        w.add_tensor(f"{b}.ssm_dt.bias", rng.uniform(-1, 1, n_v_heads).astype(np.float32))
+        # A = -exp(A_log): a decay, so the state forgets slowly but surely
+        w.add_tensor(f"{b}.ssm_a", -rng.uniform(0.5, 2.0, n_v_heads).astype(np.float32))
+        w.add_tensor(f"{b}.ssm_beta.weight", dense(n_v_heads, N_EMBD))
+        w.add_tensor(f"{b}.ssm_alpha.weight", dense(n_v_heads, N_EMBD))
+        w.add_tensor(f"{b}.ssm_norm.weight", ones(d_state))
+        w.add_tensor(f"{b}.ssm_out.weight", dense(N_EMBD, value_dim))
+
+
+def _lfm2(w: Any, dense: Any, ones: Any) -> None:
+    """Short convolutions in layers 0, 1 and 3, attention in layer 2."""
+    n_head, n_head_kv, l_cache = 2, 1, 3
+    attention = [n_head_kv if i == 2 else 0 for i in range(N_LAYER)]
+    w.add_head_count(n_head)
+    w.add_head_count_kv(attention)
+    w.add_shortconv_l_cache(l_cache)
+    w.add_tensor("token_embd_norm.weight", ones(N_EMBD))
+    for i, kv_heads in enumerate(attention):
+        b = f"blk.{i}"
+        w.add_tensor(f"{b}.attn_norm.weight", ones(N_EMBD))
+        w.add_tensor(f"{b}.ffn_norm.weight", ones(N_EMBD))
+        if kv_heads:
+            w.add_tensor(f"{b}.attn_q.weight", dense(N_EMBD, N_EMBD))
+            w.add_tensor(f"{b}.attn_k.weight", dense(HEAD_DIM * kv_heads, N_EMBD))
+            w.add_tensor(f"{b}.attn_v.weight", dense(HEAD_DIM * kv_heads, N_EMBD))
+            w.add_tensor(f"{b}.attn_output.weight", dense(N_EMBD, N_EMBD))
+            w.add_tensor(f"{b}.attn_q_norm.weight", ones(HEAD_DIM))
+            w.add_tensor(f"{b}.attn_k_norm.weight", ones(HEAD_DIM))
+        else:
+            w.add_tensor(f"{b}.shortconv.conv.weight", dense(N_EMBD, l_cache))
+            w.add_tensor(f"{b}.shortconv.in_proj.weight", dense(3 * N_EMBD, N_EMBD))
+            w.add_tensor(f"{b}.shortconv.out_proj.weight", dense(N_EMBD, N_EMBD))
+
+
+def hybrid_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
+    """build_hybrid_gguf, reusing a file named by a hash of its inputs (the
+    arguments, this module and the fixtures it reads)."""
+    params = inspect.signature(build_hybrid_gguf).bind(Path(), **kwargs)
+    params.apply_defaults()
+    args = {k: v for k, v in params.arguments.items() if k != "out"}
+    h = hashlib.sha256(repr(sorted(args.items())).encode())
+    h.update(Path(__file__).read_bytes())
+    h.update(vocab_path(args["vocab"]).read_bytes())
+    if args["template"] is not None:
+        h.update((TEMPLATE_DIR / args["template"]).read_bytes())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"hybrid-{args['arch']}-{h.hexdigest()[:16]}.gguf"
+    if path.exists():
+        return path
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".gguf")
+    os.close(fd)
+    try:
+        build_hybrid_gguf(Path(tmp), **kwargs)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
