@@ -11,6 +11,7 @@ run without any cache gives."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,3 +247,23 @@ def test_drafts_on_a_hybrid_are_taken_back_exactly(hybrid: Path) -> None:
     usage = drafted.finished.usage
     assert usage.drafted_tokens > usage.accepted_tokens, usage  # taken back, some
     assert drafted.text == fresh(hybrid, request)
+
+
+def test_without_a_cache_the_model_says_what_it_cannot_do(
+    hybrid: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="engy.requests")
+    e = engine(hybrid, cache=False)
+    try:
+        first = e(chat(notes(14, 40)))
+        edited = e(chat(notes(14, 40), "an answer of my own", "and?"))
+        [status] = e.pool.status()
+    finally:
+        e.close()
+    # No checkpoints: an earlier answer rewritten means reading it all again.
+    assert edited.started.cached_tokens == 0
+    assert "no checkpoint of the recurrent state" in edited.started.miss
+    line = "checkpoints off (--cache-ram 0): a turn resumes only where it stands"
+    assert status.limits == [line]  # what engy ps and the page show
+    assert sum(line in r.getMessage() for r in caplog.records) == 1
+    assert first.started.prompt_tokens > 0
