@@ -137,8 +137,11 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool
     conversation: Sequence[Message] = request.messages
     template_tools = to_template_tools(tools)
     if model.family.tools_as_text is not None:
-        # The template cannot take tools: they, calls and results become text.
-        conversation, template_tools = model.family.tools_as_text(conversation, tools), []
+        # The template cannot take tools: they (or only the calls) and
+        # results become text.
+        conversation = model.family.tools_as_text(conversation, tools)
+        if not model.family.template_lists_tools:
+            template_tools = []
 
     def render_with(images: ImageSlots | None) -> str:
         quirks = model.template.quirks

@@ -29,5 +29,8 @@ class Family:
     reasoning_start: str = "<think>"
     reasoning_end: str = "</think>"
     tools_as_text: Callable[[Sequence[Message], Sequence[ToolSpec]], list[Message]] | None = None
+    # With tools_as_text: the template still lists the tools itself (it
+    # writes only their list well, not the calls).
+    template_lists_tools: bool = False
     # How values are written in the family's forced-call arguments.
     notation: Notation = JSON
