@@ -108,9 +108,9 @@ class Scheduler:
 
     def _gate(self) -> Gate | None:
         """Drafting where it can pay ("auto"): state that can take a draft
-        back (a recurrent one only from llama.cpp's snapshots of it), and a
-        measured step cost that leaves room for a gain. "on" drafts whatever the cost (a step of any size costs as
-        much as one token: for tests, and machines known to gain)."""
+        back (a recurrent one: from llama.cpp's snapshots), and a measured
+        step cost that leaves room for a gain. "on" drafts whatever the
+        cost (for tests, and machines known to gain)."""
         model = self.model
         if model.speculative == "off":
             return None
