@@ -33,6 +33,10 @@ STRIDE = 4096
 # A prompt with at least this many tokens to read parks the idle sequences
 # in the RAM cache first (park_idle).
 PARK_AT = 2048
+# Of a recurrent model's checkpoints this close together only the first is
+# kept: resuming a few tokens earlier costs nothing (one step reads them),
+# a stop to keep one costs a step, a pass over the weights.
+NEAR = 64
 
 
 def points(
@@ -44,14 +48,18 @@ def points(
     (`marks`). A recurrent state: there too, where the last turn's answer
     begins once the next turn renders it (`answer`, just after the
     assistant's header), one token before the end (the same prompt sent
-    again must evaluate one token), and every STRIDE tokens."""
-    if model.recurrent:
-        found = {*marks, answer, prompt - 1, *range(STRIDE, prompt - 1, STRIDE)}
-    elif model.n_swa > 0:
-        found = set(marks)
-    else:
+    again must evaluate one token), and every STRIDE tokens; of those
+    within NEAR tokens of each other, the first."""
+    if model.n_swa > 0 and not model.recurrent:
+        return tuple(sorted(p for p in set(marks) if reuse < p < prompt))
+    if not model.recurrent:
         return ()
-    return tuple(sorted(p for p in found if reuse < p < prompt))
+    found = {*marks, answer, prompt - 1, *range(STRIDE, prompt - 1, STRIDE)}
+    kept: list[int] = []
+    for p in sorted(p for p in found if reuse < p < prompt):
+        if not kept or p - kept[-1] >= NEAR:
+            kept.append(p)
+    return tuple(kept)
 
 
 class Prefixes:

@@ -23,6 +23,7 @@ from engy_local.chat import ChatRequest, Finished, Message, Sampling, Started, T
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import LoadOptions
 from engy_local.runtime.pool import DiskSettings, ModelPool
+from engy_local.runtime.prefixes import NEAR
 
 # (arch, template): Qwen3.5 with Qwen3's template, whose thinking switch
 # writes an empty think block that a re-rendered answer drops; LFM2 with its own.
@@ -136,7 +137,9 @@ def test_turn_two_and_a_resend_read_the_first_turn(hybrid: Path) -> None:
         first = e(chat(notes(1, 40)))
         n1 = first.started.prompt_tokens
         again = e(chat(notes(1, 40)))
-        assert again.started.cached_tokens == n1 - 1  # all but the token read for logits
+        # All but the last few tokens: from one before the end, or from the
+        # answer's opening just before it (Qwen3's empty think block).
+        assert n1 - NEAR < again.started.cached_tokens <= n1 - 1
         assert again.text == first.text
         second_request = chat(notes(1, 40), first.text, "and then?")
         second = e(second_request)
@@ -204,7 +207,7 @@ def test_a_restart_reads_the_conversation_from_disk(hybrid: Path, tmp_path: Path
     e = engine(hybrid, disk)
     try:
         resent = e(chat(notes(9, 40)))
-        assert resent.started.cached_tokens == first.started.prompt_tokens - 1
+        assert first.started.prompt_tokens - NEAR < resent.started.cached_tokens
         assert resent.text == first.text
     finally:
         e.close()
