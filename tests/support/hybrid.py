@@ -22,6 +22,7 @@ import hashlib
 import inspect
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,6 @@ import numpy as np
 
 from support.ggufs import TEMPLATE_DIR, tokenize, tokenizer_kv, vocab_path
 
-N_EMBD = 64
-N_FF = 128
-N_LAYER = 4
 HEAD_DIM = 32
 OUTPUT_SPREAD = 8.0  # the logits' standard deviation
 ARCHS = ("qwen35", "lfm2")
@@ -47,11 +45,16 @@ def build_hybrid_gguf(
     context_length: int = 32768,
     seed: int = 0,
     lexicon: str = LEXICON,
+    n_embd: int = 64,
+    n_layer: int = 4,
+    half: bool = False,
 ) -> Path:
     """Write a tiny `arch` GGUF to `out` and return `out`. vocab: the
     fixture ggml-vocab-X.gguf whose tokenizer.* keys are copied; template:
     a chat template fixture stored as tokenizer.chat_template; lexicon:
-    the text whose tokens are all the model writes."""
+    the text whose tokens are all the model writes; n_embd, n_layer: its
+    size (bench/hybrid.py takes a larger one than the tests, whose
+    weights it stores in half precision with `half`)."""
     import gguf
 
     if arch not in ARCHS:
@@ -63,7 +66,8 @@ def build_hybrid_gguf(
 
     def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
         """A `cols` -> `rows` projection (numpy's shape is llama.cpp's reversed)."""
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
+        weights = (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
+        return weights.astype(np.float16) if half and min(rows, cols) > 16 else weights
 
     def ones(n: int) -> np.ndarray:
         return np.ones(n, dtype=np.float32)
@@ -71,9 +75,10 @@ def build_hybrid_gguf(
     w = gguf.GGUFWriter(out, arch)
     w.add_name(f"engy-tiny-{arch}")
     w.add_context_length(context_length)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
+    shape = Shape(n_embd, 2 * n_embd, n_layer)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(shape.n_ff)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(len(tokens))
@@ -84,22 +89,22 @@ def build_hybrid_gguf(
     if template is not None:
         w.add_chat_template((TEMPLATE_DIR / template).read_text())
 
-    embd = rng.standard_normal((len(tokens), N_EMBD)).astype(np.float32)
+    embd = rng.standard_normal((len(tokens), n_embd)).astype(np.float32)
     words = sorted(set(tokenize(vocab_path(vocab), lexicon)) & set(np.flatnonzero(types == 1)))
-    output = np.zeros((len(tokens), N_EMBD), dtype=np.float32)
+    output = np.zeros((len(tokens), n_embd), dtype=np.float32)
     # Every other token scores 0; the best of the lexicon's is well above.
-    output[words] = dense(len(words), N_EMBD, OUTPUT_SPREAD)
+    output[words] = dense(len(words), n_embd, OUTPUT_SPREAD)
     w.add_tensor("token_embd.weight", embd.astype(np.float16))
     w.add_tensor("output.weight", output.astype(np.float16))
 
     if arch == "qwen35":
-        _qwen35(w, rng, dense, ones)
+        _qwen35(w, shape, rng, dense, ones)
     else:
-        _lfm2(w, dense, ones)
-    for i in range(N_LAYER):
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", dense(N_FF, N_EMBD))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", dense(N_FF, N_EMBD))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", dense(N_EMBD, N_FF))
+        _lfm2(w, shape, dense, ones)
+    for i in range(n_layer):
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", dense(shape.n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", dense(shape.n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", dense(n_embd, shape.n_ff))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -108,8 +113,15 @@ def build_hybrid_gguf(
     return out
 
 
-def _qwen35(w: Any, rng: np.random.Generator, dense: Any, ones: Any) -> None:
-    """Gated DeltaNet in layers 0-2, gated attention in layer 3."""
+@dataclass(frozen=True)
+class Shape:
+    n_embd: int
+    n_ff: int
+    n_layer: int
+
+
+def _qwen35(w: Any, shape: Shape, rng: np.random.Generator, dense: Any, ones: Any) -> None:
+    """Gated DeltaNet layers, gated attention in every fourth (3, 7, ...)."""
     n_head, n_head_kv = 2, 1
     d_state, n_group, n_v_heads, d_conv = 16, 2, 4, 4
     key_dim, value_dim = d_state * n_group, d_state * n_v_heads
@@ -125,55 +137,55 @@ def _qwen35(w: Any, rng: np.random.Generator, dense: Any, ones: Any) -> None:
     w.add_ssm_state_size(d_state)
     w.add_ssm_time_step_rank(n_v_heads)
     w.add_ssm_group_count(n_group)
-    w.add_tensor("output_norm.weight", ones(N_EMBD))
-    for i in range(N_LAYER):
+    w.add_tensor("output_norm.weight", ones(shape.n_embd))
+    for i in range(shape.n_layer):
         b = f"blk.{i}"
-        w.add_tensor(f"{b}.attn_norm.weight", ones(N_EMBD))
-        w.add_tensor(f"{b}.post_attention_norm.weight", ones(N_EMBD))
+        w.add_tensor(f"{b}.attn_norm.weight", ones(shape.n_embd))
+        w.add_tensor(f"{b}.post_attention_norm.weight", ones(shape.n_embd))
         if (i + 1) % 4 == 0:
-            w.add_tensor(f"{b}.attn_q.weight", dense(HEAD_DIM * n_head * 2, N_EMBD))
-            w.add_tensor(f"{b}.attn_k.weight", dense(HEAD_DIM * n_head_kv, N_EMBD))
-            w.add_tensor(f"{b}.attn_v.weight", dense(HEAD_DIM * n_head_kv, N_EMBD))
-            w.add_tensor(f"{b}.attn_output.weight", dense(N_EMBD, HEAD_DIM * n_head))
+            w.add_tensor(f"{b}.attn_q.weight", dense(HEAD_DIM * n_head * 2, shape.n_embd))
+            w.add_tensor(f"{b}.attn_k.weight", dense(HEAD_DIM * n_head_kv, shape.n_embd))
+            w.add_tensor(f"{b}.attn_v.weight", dense(HEAD_DIM * n_head_kv, shape.n_embd))
+            w.add_tensor(f"{b}.attn_output.weight", dense(shape.n_embd, HEAD_DIM * n_head))
             w.add_tensor(f"{b}.attn_q_norm.weight", ones(HEAD_DIM))
             w.add_tensor(f"{b}.attn_k_norm.weight", ones(HEAD_DIM))
             continue
         conv_dim = key_dim * 2 + value_dim
-        w.add_tensor(f"{b}.attn_qkv.weight", dense(conv_dim, N_EMBD))
-        w.add_tensor(f"{b}.attn_gate.weight", dense(value_dim, N_EMBD))
+        w.add_tensor(f"{b}.attn_qkv.weight", dense(conv_dim, shape.n_embd))
+        w.add_tensor(f"{b}.attn_gate.weight", dense(value_dim, shape.n_embd))
         w.add_tensor(f"{b}.ssm_conv1d.weight", dense(conv_dim, d_conv))
         w.add_tensor(f"{b}.ssm_dt.bias", rng.uniform(-1, 1, n_v_heads).astype(np.float32))
         # A = -exp(A_log): a decay, so the state forgets slowly but surely
         w.add_tensor(f"{b}.ssm_a", -rng.uniform(0.5, 2.0, n_v_heads).astype(np.float32))
-        w.add_tensor(f"{b}.ssm_beta.weight", dense(n_v_heads, N_EMBD))
-        w.add_tensor(f"{b}.ssm_alpha.weight", dense(n_v_heads, N_EMBD))
+        w.add_tensor(f"{b}.ssm_beta.weight", dense(n_v_heads, shape.n_embd))
+        w.add_tensor(f"{b}.ssm_alpha.weight", dense(n_v_heads, shape.n_embd))
         w.add_tensor(f"{b}.ssm_norm.weight", ones(d_state))
-        w.add_tensor(f"{b}.ssm_out.weight", dense(N_EMBD, value_dim))
+        w.add_tensor(f"{b}.ssm_out.weight", dense(shape.n_embd, value_dim))
 
 
-def _lfm2(w: Any, dense: Any, ones: Any) -> None:
-    """Short convolutions in layers 0, 1 and 3, attention in layer 2."""
+def _lfm2(w: Any, shape: Shape, dense: Any, ones: Any) -> None:
+    """Short convolutions, attention in every third layer from 2 (2, 5, ...)."""
     n_head, n_head_kv, l_cache = 2, 1, 3
-    attention = [n_head_kv if i == 2 else 0 for i in range(N_LAYER)]
+    attention = [n_head_kv if i % 3 == 2 else 0 for i in range(shape.n_layer)]
     w.add_head_count(n_head)
     w.add_head_count_kv(attention)
     w.add_shortconv_l_cache(l_cache)
-    w.add_tensor("token_embd_norm.weight", ones(N_EMBD))
+    w.add_tensor("token_embd_norm.weight", ones(shape.n_embd))
     for i, kv_heads in enumerate(attention):
         b = f"blk.{i}"
-        w.add_tensor(f"{b}.attn_norm.weight", ones(N_EMBD))
-        w.add_tensor(f"{b}.ffn_norm.weight", ones(N_EMBD))
+        w.add_tensor(f"{b}.attn_norm.weight", ones(shape.n_embd))
+        w.add_tensor(f"{b}.ffn_norm.weight", ones(shape.n_embd))
         if kv_heads:
-            w.add_tensor(f"{b}.attn_q.weight", dense(N_EMBD, N_EMBD))
-            w.add_tensor(f"{b}.attn_k.weight", dense(HEAD_DIM * kv_heads, N_EMBD))
-            w.add_tensor(f"{b}.attn_v.weight", dense(HEAD_DIM * kv_heads, N_EMBD))
-            w.add_tensor(f"{b}.attn_output.weight", dense(N_EMBD, N_EMBD))
+            w.add_tensor(f"{b}.attn_q.weight", dense(shape.n_embd, shape.n_embd))
+            w.add_tensor(f"{b}.attn_k.weight", dense(HEAD_DIM * kv_heads, shape.n_embd))
+            w.add_tensor(f"{b}.attn_v.weight", dense(HEAD_DIM * kv_heads, shape.n_embd))
+            w.add_tensor(f"{b}.attn_output.weight", dense(shape.n_embd, shape.n_embd))
             w.add_tensor(f"{b}.attn_q_norm.weight", ones(HEAD_DIM))
             w.add_tensor(f"{b}.attn_k_norm.weight", ones(HEAD_DIM))
         else:
-            w.add_tensor(f"{b}.shortconv.conv.weight", dense(N_EMBD, l_cache))
-            w.add_tensor(f"{b}.shortconv.in_proj.weight", dense(3 * N_EMBD, N_EMBD))
-            w.add_tensor(f"{b}.shortconv.out_proj.weight", dense(N_EMBD, N_EMBD))
+            w.add_tensor(f"{b}.shortconv.conv.weight", dense(shape.n_embd, l_cache))
+            w.add_tensor(f"{b}.shortconv.in_proj.weight", dense(3 * shape.n_embd, shape.n_embd))
+            w.add_tensor(f"{b}.shortconv.out_proj.weight", dense(shape.n_embd, shape.n_embd))
 
 
 def hybrid_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
