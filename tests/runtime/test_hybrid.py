@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +95,9 @@ class Engine:
     def consistent(self) -> None:
         """Every idle sequence's tokens match what llama.cpp holds."""
         worker = self.pool._loaded["m"].worker  # the test looks inside: nothing runs now
+        deadline = time.monotonic() + 10  # the last step may still be ending
+        while not worker.idle() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert worker.idle()
         assert worker.scheduler.mismatches() == []
 
@@ -270,3 +274,35 @@ def test_without_a_cache_the_model_says_what_it_cannot_do(
     assert status.limits == [line]  # what engy ps and the page show
     assert sum(line in r.getMessage() for r in caplog.records) == 1
     assert first.started.prompt_tokens > 0
+
+
+def test_the_same_prompt_twice_at_once_is_read_once(hybrid: Path) -> None:
+    """A client's retry of a prompt still being read waits for that read
+    and resumes from its end (from the checkpoint before the answer)."""
+    e = engine(hybrid)
+    request = chat(notes(15, 80))
+
+    async def both() -> list[Run]:
+        async def run() -> Run:
+            started, text, finished = None, "", None
+            async for event in await e.pool.submit(request):
+                if isinstance(event, Started):
+                    started = event
+                elif isinstance(event, TextDelta):
+                    text += event.text
+                elif isinstance(event, Finished):
+                    finished = event
+            assert started is not None and finished is not None
+            return Run(started, text, finished)
+
+        return list(await asyncio.gather(run(), run()))
+
+    try:
+        first, again = sorted(asyncio.run(both()), key=lambda r: r.started.cached_tokens)
+        e.consistent()
+    finally:
+        e.close()
+    n = first.started.prompt_tokens
+    assert first.started.cached_tokens == 0
+    assert n - NEAR < again.started.cached_tokens < n
+    assert again.text == first.text == fresh(hybrid, request)
