@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["WHITESPACE", "JsonScanner", "decode_string", "repair_object"]
+__all__ = ["WHITESPACE", "JsonOut", "JsonScanner", "decode_string", "repair_object"]
 
 WHITESPACE = " \t\n\r"
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
@@ -193,6 +193,52 @@ def repair_object(text: str) -> str:
         if scanner.done:
             break
     return out[:good] + closer
+
+
+class JsonOut:
+    """A call's arguments written out as JSON a piece at a time, by a parser
+    that reads them in a notation of the model's own (Gemma's, Python's),
+    checked by a JsonScanner as they go: `good` holds the pieces up to the
+    last point where the JSON can be closed, `pending` what came after it,
+    `closer` what closes `good` ("{}" until the object opens); `sent`: the
+    pieces gone out as deltas. A piece the scanner refuses breaks it."""
+
+    def __init__(self) -> None:
+        self.scanner = JsonScanner()
+        self.broken = False
+        self.good: list[str] = []
+        self.pending = ""
+        self.closer = "{}"
+        self.sent = 0
+
+    @property
+    def done(self) -> bool:
+        return self.scanner.done
+
+    def arguments(self) -> tuple[str, str]:
+        """(the whole arguments text, the last delta that completes it)."""
+        end = "" if self.done else self.closer
+        return "".join(self.good) + end, "".join(self.good[self.sent :]) + end
+
+    def unsent(self) -> str:
+        piece = "".join(self.good[self.sent :])
+        self.sent = len(self.good)
+        return piece
+
+    def _emit(self, text: str) -> None:
+        scanner = self.scanner
+        for c in text:
+            if self.broken or scanner.done:
+                return
+            piece = scanner.feed(c)
+            if piece is None:
+                self.broken = True
+                return
+            self.pending += piece
+            end = scanner.closer()
+            if end is not None:
+                self.good.append(self.pending)
+                self.pending, self.closer = "", end
 
 
 def decode_string(literal: str) -> str | None:

@@ -11,7 +11,7 @@ import json
 import math
 import re
 
-from .jsonscan import WHITESPACE, JsonScanner
+from .jsonscan import WHITESPACE, JsonOut
 
 MAX_NAME = 256  # a name or key longer than this is not one
 # Ends a bare key, value or tool name.
@@ -51,11 +51,9 @@ def _json_char(c: str) -> str:
     return c
 
 
-class Arguments:
+class Arguments(JsonOut):
     """One call's keyword arguments, from just after its `(`, read a
-    character at a time and written out as JSON text, which a JsonScanner
-    checks: `good` holds the pieces up to the last point where the JSON can
-    be closed, `pending` what came after it.
+    character at a time and written out as JSON (see JsonOut).
 
     States: key (a keyword or `)`), keyword, equals, value, item (after `[`
     `(` or a comma in them: a value or the close), dict_key (the same in a
@@ -64,8 +62,8 @@ class Arguments:
     whether the open string or bare token is a dict key."""
 
     def __init__(self, markers: tuple[str, ...]) -> None:
+        super().__init__()
         self.markers = markers  # where the arguments stop
-        self.scanner = JsonScanner()
         self.state = "key"
         self.stack = ["("]
         self.role = "value"
@@ -73,12 +71,11 @@ class Arguments:
         self.quote = ""  # the open string's quote: ' " ''' or \"\"\"
         self.opened = False  # the JSON object's `{` was written
         self.comma = False  # a comma read in a container, written with the next item
-        self.done = False
-        self.broken = False
-        self.good: list[str] = []
-        self.pending = ""
-        self.closer = "{}"
-        self.sent = 0
+        self.closed = False  # the call's `)` was read
+
+    @property
+    def done(self) -> bool:
+        return self.closed
 
     def feed(self, buf: str, final: bool) -> int:
         """Reads from `buf`; returns how many characters it used. It stops
@@ -102,16 +99,6 @@ class Arguments:
         """The output ended: a bare value cut off is taken as it stands."""
         if self.state == "bare" and self.role == "value" and not self.broken:
             self._emit(_bare(self.token))
-
-    def arguments(self) -> tuple[str, str]:
-        """(the whole arguments text, the last delta that completes it)."""
-        end = "" if self.done else self.closer
-        return "".join(self.good) + end, "".join(self.good[self.sent :]) + end
-
-    def unsent(self) -> str:
-        piece = "".join(self.good[self.sent :])
-        self.sent = len(self.good)
-        return piece
 
     # ---- the notation --------------------------------------------------
 
@@ -246,22 +233,7 @@ class Arguments:
         top = self.stack.pop()
         if top == "(":
             self._emit("}" if self.opened else "{}")
-            self.done = True
+            self.closed = True
         else:
             self._emit("}" if top == "{" else "]")
             self.state = "after"
-
-    def _emit(self, text: str) -> None:
-        scanner = self.scanner
-        for c in text:
-            if self.broken or scanner.done:
-                return
-            piece = scanner.feed(c)
-            if piece is None:
-                self.broken = True
-                return
-            self.pending += piece
-            end = scanner.closer()
-            if end is not None:
-                self.good.append(self.pending)
-                self.pending, self.closer = "", end

@@ -66,7 +66,7 @@ from ...chat import (
     ToolCallStart,
 )
 from ..gbnf import literal
-from ..jsonscan import WHITESPACE, JsonScanner
+from ..jsonscan import WHITESPACE, JsonOut
 from ..schema import Notation
 from ..toolparse import StepParser, held
 from .base import Family
@@ -109,32 +109,22 @@ def _bare(token: str) -> str | None:
     return json.dumps(token, ensure_ascii=False)
 
 
-class _Args:
+class _Args(JsonOut):
     """One call's arguments in Gemma notation, read a character at a time
-    and written out as JSON text, which a `JsonScanner` checks: `good` holds
-    the pieces up to the last point where the JSON can be closed, `pending`
-    what came after it (as in toolparse's `CallBlock`).
+    and written out as JSON (see JsonOut; toolparse's `CallBlock` keeps the
+    same for JSON calls).
 
     States: open (before the `{`), key, bare_key, colon, value, item (after
     `[`: a value or `]`), bare_value, after (a value ended), gemma_string,
     json_string. `role` says whether an open string is a key or a value."""
 
     def __init__(self) -> None:
-        self.scanner = JsonScanner()
+        super().__init__()
         self.state = "open"
         self.stack: list[str] = []
         self.token = ""  # a bare key or value being read
         self.role = ""  # "key" or "value"
         self.escape = False  # in a JSON string, right after a backslash
-        self.broken = False
-        self.good: list[str] = []
-        self.pending = ""
-        self.closer = "{}"  # what completes `good`; "{}" until the object opens
-        self.sent = 0
-
-    @property
-    def done(self) -> bool:
-        return self.scanner.done
 
     def feed(self, buf: str, final: bool) -> int:
         """Reads from `buf`; returns how many characters it used. It stops
@@ -165,16 +155,6 @@ class _Args:
             value = _bare(self.token)
             if value is not None:
                 self._emit(value)
-
-    def arguments(self) -> tuple[str, str]:
-        """(the whole arguments text, the last delta that completes it)."""
-        end = "" if self.done else self.closer
-        return "".join(self.good) + end, "".join(self.good[self.sent :]) + end
-
-    def unsent(self) -> str:
-        piece = "".join(self.good[self.sent :])
-        self.sent = len(self.good)
-        return piece
 
     # ---- the notation --------------------------------------------------
 
@@ -295,21 +275,6 @@ class _Args:
 
     def _break(self) -> None:
         self.broken = True
-
-    def _emit(self, text: str) -> None:
-        scanner = self.scanner
-        for c in text:
-            if self.broken or scanner.done:
-                return
-            piece = scanner.feed(c)
-            if piece is None:
-                self.broken = True
-                return
-            self.pending += piece
-            end = scanner.closer()
-            if end is not None:
-                self.good.append(self.pending)
-                self.pending, self.closer = "", end
 
 
 class Gemma4Parser(StepParser):
