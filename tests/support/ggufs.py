@@ -21,6 +21,7 @@ import math
 import os
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -372,36 +373,44 @@ def _see_colours(
     output[end_id, stop] = STOP_LOGIT / scale
 
 
-def tiny_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
-    """build_tiny_gguf, reusing a file named by a hash of the inputs.
+def cached_build(cache_dir: Path, build: Callable[..., Path], name: str, **kwargs: Any) -> Path:
+    """`build(out, **kwargs)`, reusing a file named `name` (formatted with
+    the arguments) and a hash of the inputs.
 
-    The hash covers the arguments, this module's source and the fixture files used, so
-    editing any of them rebuilds. A temp file + os.replace means a half-written file
-    (crash, parallel workers) is never picked up.
+    The hash covers the arguments, the builder's module and the fixture files it
+    reads (a `vocab`, a `template`), so editing any of them rebuilds. A temp file
+    + os.replace means a half-written file (crash, parallel workers) is never
+    picked up.
     """
-    params = inspect.signature(build_tiny_gguf).bind(Path(), **kwargs)
+    params = inspect.signature(build).bind(Path(), **kwargs)
     params.apply_defaults()
     args = {k: v for k, v in params.arguments.items() if k != "out"}
-    if args["split_max_tensors"]:
-        raise ValueError("tiny_gguf_cached makes single files; call build_tiny_gguf to split")
     h = hashlib.sha256(repr(sorted(args.items())).encode())
-    h.update(Path(__file__).read_bytes())
-    h.update(vocab_path(args["vocab"]).read_bytes())
-    if args["template"] is not None:
+    h.update(Path(inspect.getfile(build)).read_bytes())
+    if "vocab" in args:
+        h.update(vocab_path(args["vocab"]).read_bytes())
+    if args.get("template") is not None:
         h.update((TEMPLATE_DIR / args["template"]).read_bytes())
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"tiny-{args['vocab']}-{h.hexdigest()[:16]}.gguf"
+    path = cache_dir / f"{name.format(**args)}-{h.hexdigest()[:16]}.gguf"
     if path.exists():
         return path
     fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".gguf")
     os.close(fd)
     try:
-        build_tiny_gguf(Path(tmp), **kwargs)
+        build(Path(tmp), **kwargs)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def tiny_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
+    """build_tiny_gguf, reusing a file named by a hash of the inputs (cached_build)."""
+    if kwargs.get("split_max_tensors"):
+        raise ValueError("tiny_gguf_cached makes single files; call build_tiny_gguf to split")
+    return cached_build(cache_dir, build_tiny_gguf, "tiny-{vocab}", **kwargs)
 
 
 # ---- a tiny vision projector ------------------------------------------------
@@ -496,24 +505,7 @@ def build_tiny_projector(
 
 def tiny_projector_cached(cache_dir: Path, **kwargs: Any) -> Path:
     """build_tiny_projector, reusing a file named by a hash of its inputs."""
-    params = inspect.signature(build_tiny_projector).bind(Path(), **kwargs)
-    params.apply_defaults()
-    args = {k: v for k, v in params.arguments.items() if k != "out"}
-    h = hashlib.sha256(repr(sorted(args.items())).encode())
-    h.update(Path(__file__).read_bytes())
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"mmproj-tiny-{h.hexdigest()[:16]}.gguf"
-    if path.exists():
-        return path
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".gguf")
-    os.close(fd)
-    try:
-        build_tiny_projector(Path(tmp), **kwargs)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return cached_build(cache_dir, build_tiny_projector, "mmproj-tiny", **kwargs)
 
 
 # ---- two turns: a tool call, then an answer after its result ---------------------
@@ -753,24 +745,5 @@ def unique_tokenization(vocab: str, text: str) -> list[int]:
 
 
 def two_turn_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
-    """build_two_turn_gguf, reused by a hash of its inputs (see tiny_gguf_cached)."""
-    params = inspect.signature(build_two_turn_gguf).bind(Path(), **kwargs)
-    params.apply_defaults()
-    args = {k: v for k, v in params.arguments.items() if k != "out"}
-    h = hashlib.sha256(repr(sorted(args.items())).encode())
-    h.update(Path(__file__).read_bytes())
-    h.update(vocab_path(args["vocab"]).read_bytes())
-    h.update((TEMPLATE_DIR / args["template"]).read_bytes())
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"two-turn-{args['vocab']}-{h.hexdigest()[:16]}.gguf"
-    if path.exists():
-        return path
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".gguf")
-    os.close(fd)
-    try:
-        build_two_turn_gguf(Path(tmp), **kwargs)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    """build_two_turn_gguf, reused by a hash of its inputs (cached_build)."""
+    return cached_build(cache_dir, build_two_turn_gguf, "two-turn-{vocab}", **kwargs)

@@ -18,17 +18,13 @@ the drafter of speculative decoding finds something to propose.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from support.ggufs import TEMPLATE_DIR, tokenize, tokenizer_kv, vocab_path
+from support.ggufs import TEMPLATE_DIR, cached_build, tokenize, tokenizer_kv, vocab_path
 
 HEAD_DIM = 32
 OUTPUT_SPREAD = 8.0  # the logits' standard deviation
@@ -189,26 +185,6 @@ def _lfm2(w: Any, shape: Shape, dense: Any, ones: Any) -> None:
 
 
 def hybrid_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
-    """build_hybrid_gguf, reusing a file named by a hash of its inputs (the
-    arguments, this module and the fixtures it reads)."""
-    params = inspect.signature(build_hybrid_gguf).bind(Path(), **kwargs)
-    params.apply_defaults()
-    args = {k: v for k, v in params.arguments.items() if k != "out"}
-    h = hashlib.sha256(repr(sorted(args.items())).encode())
-    h.update(Path(__file__).read_bytes())
-    h.update(vocab_path(args["vocab"]).read_bytes())
-    if args["template"] is not None:
-        h.update((TEMPLATE_DIR / args["template"]).read_bytes())
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"hybrid-{args['arch']}-{h.hexdigest()[:16]}.gguf"
-    if path.exists():
-        return path
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".gguf")
-    os.close(fd)
-    try:
-        build_hybrid_gguf(Path(tmp), **kwargs)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    """build_hybrid_gguf, reusing a file named by a hash of its inputs
+    (ggufs.cached_build)."""
+    return cached_build(cache_dir, build_hybrid_gguf, "hybrid-{arch}", **kwargs)
