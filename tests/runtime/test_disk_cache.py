@@ -6,7 +6,6 @@ chat template costs one limit."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import random
@@ -20,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.runs import Run, run
 
-from engy_local.chat import ChatRequest, Finished, Message, Sampling, Started, Text, TextDelta
+from engy_local.chat import ChatRequest, Message, Sampling, Text
 from engy_local.errors import TemplateLimitHit
 from engy_local.prompt.prepare import prepare
 from engy_local.runtime import kvstate
@@ -44,24 +44,6 @@ def chat(*turns: str, max_tokens: int = 8) -> ChatRequest:
     return ChatRequest("m", messages, sampling=Sampling(max_tokens=max_tokens, temperature=0))
 
 
-class Run:
-    def __init__(self, pool: ModelPool, request: ChatRequest) -> None:
-        async def go() -> tuple[Started, str, Finished]:
-            generation = await pool.submit(request)
-            started, text, finished = None, "", None
-            async for event in generation:
-                if isinstance(event, Started):
-                    started = event
-                elif isinstance(event, TextDelta):
-                    text += event.text
-                elif isinstance(event, Finished):
-                    finished = event
-            assert started is not None and finished is not None
-            return started, text, finished
-
-        self.started, self.text, self.finished = asyncio.run(go())
-
-
 def pool_of(model: Path, disk: Path | None, budget: int = 1 << 30, **load: object) -> ModelPool:
     options = LoadOptions(model, ctx_size=8192, threads=2, parallel=2, **load)  # type: ignore[arg-type]
     settings = DiskSettings(disk, budget) if disk is not None else None
@@ -80,24 +62,24 @@ def disk(tmp_path: Path) -> Path:
 def test_a_state_survives_the_model_going_away(tiny_qwen3: Path, disk: Path) -> None:
     first = chat(prompt_text(1))
     pool = pool_of(tiny_qwen3, disk)
-    cold = Run(pool, first)
+    cold = run(pool, first)
     pool.close()  # a graceful stop writes the conversation to disk
     assert cold.started.cached_tokens == 0 and files(disk)
 
     pool = pool_of(tiny_qwen3, disk)
     try:
-        warm = Run(pool, first)
+        warm = run(pool, first)
         n = warm.started.prompt_tokens
         assert warm.started.cached_tokens == n - 1  # all but the token evaluated for logits
         assert warm.text == cold.text  # the same greedy answer
         # The next turn of that conversation reads the first turn from disk too.
-        nxt = Run(pool, chat(prompt_text(1), cold.text, "and then?"))
+        nxt = run(pool, chat(prompt_text(1), cold.text, "and then?"))
         assert nxt.started.cached_tokens >= n - 1
     finally:
         pool.close()
     without = pool_of(tiny_qwen3, None)
     try:
-        assert Run(without, first).text == cold.text
+        assert run(without, first).text == cold.text
     finally:
         without.close()
 
@@ -107,7 +89,7 @@ def test_a_growing_conversation_writes_only_its_new_tokens(tiny_qwen3: Path, dis
     sizes = []
     for k in range(3):
         pool = pool_of(tiny_qwen3, disk)
-        answer = Run(pool, chat(*turns))
+        answer = run(pool, chat(*turns))
         pool.close()
         sizes.append(sum(p.stat().st_size for p in files(disk)))
         turns += [answer.text, prompt_text(100 + k, 20)]
@@ -122,7 +104,7 @@ def test_a_bad_file_is_removed_and_the_answer_is_right(
 ) -> None:
     request = chat(prompt_text(3))
     pool = pool_of(tiny_qwen3, disk)
-    cold = Run(pool, request)
+    cold = run(pool, request)
     pool.close()
     # The segment the prompt starts in (the answer's tokens are one of their own).
     stored = next(p for p in files(disk) if read_file(p)[0]["start"] == 0)
@@ -141,7 +123,7 @@ def test_a_bad_file_is_removed_and_the_answer_is_right(
         stored.rename(theirs / stored.name)
     pool = pool_of(tiny_answer if damage == "another model's" else tiny_qwen3, disk)
     try:
-        again = Run(pool, request)
+        again = run(pool, request)
     finally:
         pool.close()
     assert again.started.cached_tokens == 0  # nothing came from the bad file
@@ -159,7 +141,7 @@ def test_the_size_bound_holds_and_the_files_are_private(tiny_qwen3: Path, disk: 
     budget = 600_000  # a few states of the tiny model
     for seed in range(6):
         pool = pool_of(tiny_qwen3, disk, budget=budget)
-        Run(pool, chat(prompt_text(200 + seed)))
+        run(pool, chat(prompt_text(200 + seed)))
         pool.close()
         assert sum(p.stat().st_size for p in files(disk)) <= budget
     assert len(files(disk)) >= 2
@@ -170,7 +152,7 @@ def test_the_size_bound_holds_and_the_files_are_private(tiny_qwen3: Path, disk: 
     # The least recently used went first: the last prompt is still there.
     pool = pool_of(tiny_qwen3, disk, budget=budget)
     try:
-        assert Run(pool, chat(prompt_text(205))).started.cached_tokens > 0
+        assert run(pool, chat(prompt_text(205))).started.cached_tokens > 0
     finally:
         pool.close()
 
@@ -185,7 +167,7 @@ def test_a_full_disk_turns_the_tier_off(
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
     try:
         for seed in (9, 10):
-            assert Run(pool, chat(prompt_text(seed))).finished.usage.output_tokens > 0
+            assert run(pool, chat(prompt_text(seed))).finished.usage.output_tokens > 0
         pool.close()
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
@@ -266,7 +248,7 @@ def test_gemma_resumes_a_new_conversation_after_its_system_prompt(
                 (system, Message("user", (Text(question),))),
                 sampling=Sampling(max_tokens=4, temperature=0),
             )
-            return Run(pool, request)
+            return run(pool, request)
         finally:
             pool.close()
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 from support.paths import CACHE, need_fixtures
+from support.runs import Run, finish, run
 
-from engy_local.chat import ChatRequest, Finished, Message, Sampling, Started, Text, TextDelta
+from engy_local.chat import ChatRequest, Message, Sampling, Text
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import LoadOptions
 from engy_local.runtime.pool import DiskSettings, ModelPool
@@ -61,13 +62,6 @@ def chat(*turns: str, system: str = SYSTEM, max_tokens: int = 12) -> ChatRequest
 
 
 @dataclass
-class Run:
-    started: Started
-    text: str
-    finished: Finished
-
-
-@dataclass
 class Engine:
     """One model pool, and the run it gives for each request."""
 
@@ -75,22 +69,9 @@ class Engine:
     runs: list[Run] = field(default_factory=list)
 
     def __call__(self, request: ChatRequest) -> Run:
-        async def go() -> Run:
-            generation = await self.pool.submit(request)
-            started, text, finished = None, "", None
-            async for event in generation:
-                if isinstance(event, Started):
-                    started = event
-                elif isinstance(event, TextDelta):
-                    text += event.text
-                elif isinstance(event, Finished):
-                    finished = event
-            assert started is not None and finished is not None
-            return Run(started, text, finished)
-
-        run = asyncio.run(go())
-        self.runs.append(run)
-        return run
+        done = run(self.pool, request)
+        self.runs.append(done)
+        return done
 
     def consistent(self) -> None:
         """Every idle sequence's tokens match what llama.cpp holds."""
@@ -283,19 +264,7 @@ def test_the_same_prompt_twice_at_once_is_read_once(hybrid: Path) -> None:
     request = chat(notes(15, 80))
 
     async def both() -> list[Run]:
-        async def run() -> Run:
-            started, text, finished = None, "", None
-            async for event in await e.pool.submit(request):
-                if isinstance(event, Started):
-                    started = event
-                elif isinstance(event, TextDelta):
-                    text += event.text
-                elif isinstance(event, Finished):
-                    finished = event
-            assert started is not None and finished is not None
-            return Run(started, text, finished)
-
-        return list(await asyncio.gather(run(), run()))
+        return list(await asyncio.gather(finish(e.pool, request), finish(e.pool, request)))
 
     try:
         first, again = sorted(asyncio.run(both()), key=lambda r: r.started.cached_tokens)
