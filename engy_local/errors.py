@@ -30,7 +30,9 @@ and mapped to each protocol's error body in one place (`protocols.anthropic
     ├── ModelLoadError                  llama.cpp would not load a model or build its context
     │   ├── ProjectorLoadError          a vision projector that would not load
     │   ├── BadTemplate                 a chat template that does not compile
-    │   └── TokenizerError              a Hugging Face tokenizer that cannot be read
+    │   ├── TokenizerError              a Hugging Face tokenizer that cannot be read
+    │   └── DoesNotFit                  a window whose KV cache cannot fit the memory budget
+    ├── KVTypeError                     a KV cache type llama.cpp does not take, or cannot run
     ├── RPCError                        an RPC worker that cannot be used
     ├── LaunchError                     a reason `engy launch` cannot go on
     └── ReplError                       `engy chat`: a file it cannot use
@@ -187,6 +189,14 @@ class BadTemplate(ModelLoadError):
 
 class TokenizerError(ModelLoadError):
     pass
+
+
+class DoesNotFit(ModelLoadError):
+    """A context window whose KV cache cannot fit the memory budget."""
+
+
+class KVTypeError(EngyError):
+    """A KV cache type llama.cpp does not take, or a combination it cannot run."""
 
 
 class RPCError(EngyError):

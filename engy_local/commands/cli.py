@@ -17,6 +17,7 @@ from .options import (
     AsJson,
     ClientKey,
     CtxSize,
+    CtxWindow,
     GpuLayers,
     Mmproj,
     ModelArg,
@@ -24,6 +25,7 @@ from .options import (
     Threads,
     Url,
     console,
+    ctx_window,
     gpu_layers,
     one_line_errors,
 )
@@ -225,7 +227,7 @@ def launch(
         Optional[str],
         typer.Option("--small-model", help="Claude Code: the model for haiku and subagents"),
     ] = None,
-    ctx_size: CtxSize = 32768,
+    ctx_size: CtxWindow = "32768",
 ) -> None:
     """Run Claude Code or Codex on a local model: `engy launch claude [MODEL] [-- ARGS]`."""
     from .launch import LaunchOptions
@@ -233,6 +235,7 @@ def launch(
 
     if client not in ("claude", "codex"):
         raise typer.BadParameter("expected 'claude' or 'codex'", param_hint="CLIENT")
+    ctx_window(ctx_size)  # checked here; the server it starts reads it again
     options = LaunchOptions(
         client="claude" if client == "claude" else "codex",
         model=model,
@@ -242,7 +245,7 @@ def launch(
         api_key=api_key or None,
         keep=keep,
         small_model=small_model,
-        serve_args=["--ctx-size", str(ctx_size)],
+        serve_args=["--ctx-size", ctx_size],
     )
     with one_line_errors():
         code = run_launch(options, console)

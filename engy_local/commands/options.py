@@ -20,6 +20,7 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 # `engy serve --help` panels.
 MODEL = "Model"
+MEMORY = "Memory: KV cache and experts"
 NETWORK = "Network and security"
 SESSIONS = "Sessions and cache"
 UPSTREAM = "Upstream engines"
@@ -57,6 +58,19 @@ def gpu_layers(value: str) -> int | None:
     return n
 
 
+def ctx_window(value: str) -> tuple[int | None, bool]:
+    """--ctx-size of serve and launch: (cap, auto); cap None is the model's own."""
+    if value == "auto":
+        return None, True
+    try:
+        n = int(value)
+    except ValueError:
+        raise typer.BadParameter("expected 'auto' or a number of tokens") from None
+    if n < 0:
+        raise typer.BadParameter("expected 'auto', 0 (the model's own) or a number of tokens")
+    return n or None, False
+
+
 # typer needs Optional on Python 3.10.
 # ruff: noqa: UP045
 
@@ -71,6 +85,15 @@ CtxSize = Annotated[
     int,
     typer.Option(
         "--ctx-size", help="Cap on the context window (0: the model's own)", rich_help_panel=MODEL
+    ),
+]
+CtxWindow = Annotated[
+    str,
+    typer.Option(
+        "--ctx-size",
+        help="The context window: N tokens (0: the model's own), or 'auto': the largest "
+        "the memory budget holds with the cache types and --parallel",
+        rich_help_panel=MODEL,
     ),
 ]
 GpuLayers = Annotated[

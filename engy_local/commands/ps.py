@@ -81,6 +81,12 @@ def print_status(models: list[ModelStatus], url: str, as_json: bool, out: Consol
     else:
         out.print(status_table(models))
         for m in models:
+            if m.kv_bytes:
+                fitted = ", the window --ctx-size auto fitted to memory" if m.fitted else ""
+                out.print(
+                    f"{m.id}: KV cache {m.kv_types or 'f16'}, {_size(m.kv_bytes)}{fitted}",
+                    highlight=False,
+                )
             for limit in m.limits:
                 out.print(f"{m.id}: {limit}", highlight=False)
             for c in m.caches:

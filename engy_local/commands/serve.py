@@ -11,13 +11,14 @@ import typer
 from ..server.options import DEFAULT_DISK_CACHE, ServeOptions
 from .options import (
     DEFAULT_PORT,
+    MEMORY,
     MODEL,
     NETWORK,
     RPC,
     SESSIONS,
     UPSTREAM,
     VISION,
-    CtxSize,
+    CtxWindow,
     GpuLayers,
     Host,
     Mmproj,
@@ -28,6 +29,7 @@ from .options import (
     Threads,
     Verbose,
     console,
+    ctx_window,
     gpu_layers,
     one_line_errors,
 )
@@ -42,9 +44,39 @@ def _opt(help: str, panel: str, *names: str, **kw: Any) -> Any:
 
 def serve(
     model: ModelArg = None,
-    ctx_size: CtxSize = 32768,
+    ctx_size: CtxWindow = "32768",
     gpu_layers_: GpuLayers = "auto",
     threads: Threads = 0,
+    cache_type_k: Annotated[
+        str,
+        _opt(
+            "KV cache type of K: f16, q8_0 (half the memory), q4_0, q4_1, q5_0, q5_1, "
+            "iq4_nl, bf16, f32",
+            MEMORY,
+            "--cache-type-k",
+            "-ctk",
+        ),
+    ] = "f16",
+    cache_type_v: Annotated[
+        str,
+        _opt(
+            "KV cache type of V (a quantized V runs with flash attention)",
+            MEMORY,
+            "--cache-type-v",
+            "-ctv",
+        ),
+    ] = "f16",
+    flash_attn: Annotated[
+        str, _opt("Flash attention: auto (where the backend has it), on or off", MEMORY)
+    ] = "auto",
+    cpu_moe: Annotated[
+        bool,
+        _opt("Keep every MoE expert tensor in CPU memory, the rest offloaded", MEMORY, "--cpu-moe"),
+    ] = False,
+    n_cpu_moe: Annotated[
+        int,
+        _opt("Keep the experts of the first N MoE layers in CPU memory", MEMORY, min=0),
+    ] = 0,
     max_output_tokens: Annotated[
         int, _opt("Cap on output tokens per request, on every endpoint", MODEL)
     ] = 8192,
@@ -163,15 +195,24 @@ def serve(
 ) -> None:
     """Serve a model on POST /v1/messages (Anthropic), /v1/responses and
     /v1/chat/completions (OpenAI)."""
+    from ..runtime.memory import check_flash, kv_type
     from ..runtime.rpc import parse_tensor_split
     from ..server.start import run_server
 
+    if flash_attn not in ("auto", "on", "off"):
+        raise typer.BadParameter("expected 'auto', 'on' or 'off'", param_hint="--flash-attn")
+    window, ctx_auto = ctx_window(ctx_size)
     with one_line_errors():
         options = ServeOptions(
             model=model,
             host=host,
             port=port,
-            ctx_size=ctx_size or None,
+            ctx_size=window,
+            ctx_auto=ctx_auto,
+            cache_type_k=kv_type(cache_type_k, "--cache-type-k"),
+            cache_type_v=kv_type(cache_type_v, "--cache-type-v"),
+            flash_attn=check_flash(kv_type(cache_type_v, "--cache-type-v"), flash_attn),
+            cpu_moe=-1 if cpu_moe else n_cpu_moe,
             gpu_layers=gpu_layers(gpu_layers_),
             threads=threads or None,
             api_key=api_key or None,

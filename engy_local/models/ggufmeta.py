@@ -147,3 +147,28 @@ def parameter_count(path: Path) -> int:
             header.skip(4 + 8)  # type, offset
             total += count
         return total
+
+
+def tensor_sizes(path: Path) -> dict[str, int]:
+    """Bytes of each tensor's data, by name, from the offsets the header
+    gives (each runs to the next one's start, or to the end of the file;
+    the alignment padding after a tensor counts as its own)."""
+    with path.open("rb") as f:
+        header = _Header(f, path.name)
+        _, n_tensors, n_kv = header.start()
+        alignment = 32
+        for _ in range(n_kv):
+            key = header.string()
+            value = header.value(key)
+            if key == "general.alignment" and isinstance(value, int) and value > 0:
+                alignment = value
+        offsets: list[tuple[int, str]] = []
+        for _ in range(n_tensors):
+            name = header.string()
+            header.skip(8 * header.count("<I", MAX_DIMS, 8, "dimension"))
+            header.skip(4)  # type
+            offsets.append((header.read("<Q"), name))
+        data = -(-f.tell() // alignment) * alignment
+        offsets.sort()
+        ends = [start for start, _ in offsets[1:]] + [header.size - data]
+        return {name: end - start for (start, name), end in zip(offsets, ends, strict=True)}

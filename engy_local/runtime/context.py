@@ -12,6 +12,7 @@ import ctypes
 import llama_cpp
 
 from ..errors import ModelLoadError, ServerError
+from . import llamalog
 from .model import Model
 
 # Prompt tokens evaluated per step (llama_decode's n_batch and n_ubatch).
@@ -29,6 +30,19 @@ _FLASH = {
 
 
 _PARTIAL = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+# memory.KV_TYPES by ggml's numbering (enum ggml_type).
+GGML_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
 
 
 class Batch:
@@ -77,17 +91,28 @@ class Context:
         p.n_threads = model.threads
         p.n_threads_batch = model.threads
         p.flash_attn_type = _FLASH[model.flash_attn]
+        p.type_k = GGML_TYPES[model.type_k]
+        p.type_v = GGML_TYPES[model.type_v]
         # One cache for all sequences: a shared prefix can be copied from
         # one to another without copying its cells.
         p.kv_unified = True
         p.swa_full = False
         p.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(model.handle, p)
+        with llamalog.captured() as made:
+            ctx = llama_cpp.llama_init_from_model(model.handle, p)
         if not ctx:
+            why = "; ".join(llamalog.strip_function(line) for line in made.errors[:2])
             raise ModelLoadError(
                 f"could not create a context of {p.n_ctx} tokens for {model.path.name} "
-                "(out of memory? try a smaller --ctx-size or --parallel)"
+                f"with a {model.type_k}/{model.type_v} KV cache"
+                + (
+                    f": {why}"
+                    if why
+                    else " (out of memory? try a smaller --ctx-size or --parallel)"
+                )
             )
+        # The KV cache's size as llama.cpp allocated it (engy ps, the page).
+        self.kv_bytes = llamalog.parse_kv_size(made.text)
         self.ctx: llama_cpp.llama_context_p = ctx
         self._open = True
         self.memory = llama_cpp.llama_get_memory(ctx)

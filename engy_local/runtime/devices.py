@@ -42,6 +42,8 @@ reg_by_name = _bind("ggml_backend_reg_by_name", _p, _str)
 reg_dev_count = _bind("ggml_backend_reg_dev_count", _size, _p)
 reg_dev_get = _bind("ggml_backend_reg_dev_get", _p, _p, _size)
 reg_proc_address = _bind("ggml_backend_reg_get_proc_address", _p, _p, _str)
+dev_by_type = _bind("ggml_backend_dev_by_type", _p, ctypes.c_int)
+dev_buffer_type = _bind("ggml_backend_dev_buffer_type", _p, _p)
 register = _bind("ggml_backend_register", None, _p)
 # ggml_abort_callback_t ggml_set_abort_callback(ggml_abort_callback_t callback)
 set_abort_callback = _bind("ggml_set_abort_callback", _p, _p)
@@ -103,6 +105,13 @@ def offload_devices(memory: bool = False) -> list[Device]:
     gpus = [d for d in found if d.kind == "gpu" and not d.remote]
     igpus = [d for d in found if d.kind == "igpu" and not d.remote]
     return remote + (gpus or igpus)
+
+
+def cpu_buffer_type() -> int:
+    """The CPU device's buffer type: plain host memory (a tensor put there
+    is neither offloaded nor repacked)."""
+    buft: int = dev_buffer_type(dev_by_type(0))
+    return buft
 
 
 def local_gpu() -> str | None:

@@ -50,6 +50,9 @@ _LEVELS = {
 }
 _BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB")
+_OVERRIDDEN = re.compile(r"tensor (blk\.\d+)\.\S+ .*buffer type overridden to (\S+)")
+_FUNCTION = re.compile(r"^\w+: ")  # how llama.cpp's log lines start
 _lock = threading.Lock()  # one capture at a time: the callback is process-wide
 
 
@@ -129,6 +132,17 @@ def captured() -> Iterator[Capture]:
             _capture = None
 
 
+def strip_function(line: str) -> str:
+    """A log line without the llama.cpp function that wrote it."""
+    return _FUNCTION.sub("", line.strip())
+
+
+def parse_kv_size(text: str) -> int:
+    """Bytes of KV cache a context's creation said it allocated (a model
+    with a sliding window has two caches, each says its own)."""
+    return int(sum(float(m[1]) for m in _KV_SIZE.finditer(text)) * (1 << 20))
+
+
 @dataclass(frozen=True)
 class Split:
     """How one load placed the model: layers offloaded, MiB per buffer."""
@@ -136,6 +150,7 @@ class Split:
     offloaded: int | None = None  # layers (the output layer counts as one)
     layers: int | None = None
     buffers: tuple[tuple[str, float], ...] = ()  # (buffer, MiB), e.g. ("RPC0[h:p]", 30.0)
+    overridden: int = 0  # layers with tensors kept in CPU memory (--cpu-moe)
 
     @property
     def remote_share(self) -> float:
@@ -149,6 +164,9 @@ class Split:
         parts = [f"{name} {mib:.1f} MiB" for name, mib in self.buffers]
         if self.offloaded is not None:
             parts.insert(0, f"{self.offloaded}/{self.layers} layers offloaded")
+        if self.overridden:
+            layers = "layer" if self.overridden == 1 else "layers"
+            parts.append(f"experts of {self.overridden} {layers} in CPU memory")
         return ", ".join(parts)
 
 
@@ -157,7 +175,8 @@ def parse_split(text: str) -> Split:
     if match := _OFFLOADED.search(text):
         offloaded, layers = int(match[1]), int(match[2])
     buffers = tuple((m[1], float(m[2])) for m in _BUFFER.finditer(text))
-    return Split(offloaded, layers, buffers)
+    overridden = {m[1] for m in _OVERRIDDEN.finditer(text) if m[2].startswith("CPU")}
+    return Split(offloaded, layers, buffers, len(overridden))
 
 
 install()

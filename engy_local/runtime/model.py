@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +20,10 @@ from ..prompt.families import detect, get
 from ..prompt.template import ChatTemplate
 from . import llamalog
 from .cpu import use_repacking
-from .devices import offload_devices
+from .devices import cpu_buffer_type, offload_devices
+from .memory import GPU_MARGIN, auto_offload, check_flash, kv_type
 from .vision import Projector
 
-_FUNCTION = re.compile(r"^\w+: ")  # how llama.cpp's log lines start
 # llama.cpp logs every load at length: into engy's log (llamalog), shown
 # only with --verbose.
 llamalog.install()
@@ -48,6 +47,10 @@ class LoadOptions:
     digest: str | None = None  # sha256 of the weights where the store knows it
     speculative: str = "auto"  # drafts from the conversation where they pay; "off"
     draft_max: int = 16  # the longest draft
+    cache_type_k: str = "f16"  # the KV cache's types (memory.KV_TYPES)
+    cache_type_v: str = "f16"
+    cpu_moe: int = 0  # MoE layers whose experts stay in CPU memory: the first N; -1: all
+    ctx_auto: bool = False  # the window that fits the memory budget (the pool sets ctx_size)
 
 
 def backend_label(gpu_layers: int | None) -> str:
@@ -101,20 +104,25 @@ class Model(Tokens):
         self.handle: llama_cpp.llama_model_p | None = None
         if not path.is_file():
             raise ModelLoadError(f"model file not found: {path}")
-        gpu_layers = options.gpu_layers
-        if gpu_layers is None:  # every layer on the GPUs and RPC workers there are
-            gpu_layers = -1 if offload_devices() else 0
-        self.backend = backend_label(gpu_layers)
         self.threads = options.threads or max(1, (os.cpu_count() or 2))
         train_ctx = _trained_context(path)
         self.n_ctx = min(train_ctx, options.ctx_size) if options.ctx_size else train_ctx
         self.parallel = max(1, options.parallel)
+        gpu_layers, cpu_moe = self._placement(options)
+        self.backend = backend_label(gpu_layers)
         self.cache_ram = max(0, options.cache_ram)
         self.repack = use_repacking(options.repack)
-        self.flash_attn = options.flash_attn
+        self.type_k = kv_type(options.cache_type_k, "--cache-type-k")
+        self.type_v = kv_type(options.cache_type_v, "--cache-type-v")
+        self.flash_attn = check_flash(self.type_v, options.flash_attn)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
         params.use_extra_bufts = self.repack
+        # Kept as long as the model: llama.cpp holds on to the pointer.
+        self._overrides = experts_on_cpu(cpu_moe)
+        self.cpu_moe = cpu_moe
+        if self._overrides is not None:
+            params.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         if options.tensor_split:
             split = (ctypes.c_float * llama_cpp.llama_max_devices())(*options.tensor_split)
             params.tensor_split = split
@@ -123,7 +131,7 @@ class Model(Tokens):
         self.split = llamalog.parse_split(load.text)
         if not handle:
             # The first error says why; the function name before it does not.
-            why = _FUNCTION.sub("", load.errors[0]) if load.errors else ""
+            why = llamalog.strip_function(load.errors[0]) if load.errors else ""
             said = f" ({why})" if why else ""
             raise ModelLoadError(f"could not load {path}: llama.cpp refused the file{said}")
         self.handle = handle
@@ -164,6 +172,30 @@ class Model(Tokens):
         if options.mmproj is not None:
             self.projector = Projector(options.mmproj, handle, self.threads)
 
+    def _placement(self, options: LoadOptions) -> tuple[int, int]:
+        """(layers offloaded, MoE layers whose experts stay in CPU memory).
+        --gpu-layers auto: all of them onto the GPUs and RPC workers there
+        are; on local GPUs that cannot hold the whole model, experts go to
+        CPU memory first, then layers (memory.plan_offload)."""
+        if options.gpu_layers is not None:
+            return options.gpu_layers, options.cpu_moe
+        devices = offload_devices()
+        if not devices:
+            return 0, options.cpu_moe
+        if options.cpu_moe or any(d.remote for d in devices):
+            return -1, options.cpu_moe
+        free = sum(max(0, d.free - GPU_MARGIN) for d in offload_devices(memory=True))
+        plan = auto_offload(
+            options.path, options.cache_type_k, options.cache_type_v,
+            self.n_ctx, self.parallel, free,
+        )  # fmt: skip
+        return plan.gpu_layers, plan.cpu_moe
+
+    @property
+    def kv_types(self) -> str:
+        """The KV cache's types as one says them: "q8_0", or "q8_0/f16" (K/V)."""
+        return self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
+
     @property
     def vocab(self) -> llama_cpp.llama_vocab_p:
         vocab: llama_cpp.llama_vocab_p = self._vocab
@@ -176,6 +208,37 @@ class Model(Tokens):
         if self.handle:
             llama_cpp.llama_model_free(self.handle)
             self.handle = None
+
+
+class _Override(ctypes.Structure):
+    """llama_model_tensor_buft_override: tensors whose name matches
+    `pattern` (a regex, searched) go to buffer type `buft`."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+# An MoE layer's expert tensors: gate, up, down, a fused gate_up, and the
+# "chexps" some architectures name theirs.
+_EXPERTS = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def experts_on_cpu(layers: int) -> ctypes.Array[_Override] | None:
+    """The overrides that keep the experts of the first `layers` MoE layers
+    (-1: of all) in CPU memory, ended by an empty entry; None for 0. Only
+    the experts stay: attention and the shared weights go where the layer
+    goes, so a GPU runs what every token needs and the CPU the experts the
+    router picks."""
+    if layers == 0:
+        return None
+    if layers < 0:
+        patterns = [rf"\.{_EXPERTS}"]
+    else:
+        patterns = [rf"^blk\.{i}\.{_EXPERTS}" for i in range(layers)]
+    cpu = cpu_buffer_type()
+    table = (_Override * (len(patterns) + 1))()
+    for entry, pattern in zip(table, patterns, strict=False):
+        entry.pattern, entry.buft = pattern.encode(), cpu
+    return table
 
 
 def tokenize_text(

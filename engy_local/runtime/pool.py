@@ -27,6 +27,7 @@ from .identity import model_identity
 from .job import Job
 from .kvfiles import DiskBudget
 from .local import LocalGeneration, ServedModel
+from .memory import check_fits, fit_window, footprint
 from .model import Model, backend_label, label_gpu
 from .segments import Layout
 from .worker import Worker
@@ -59,28 +60,12 @@ def total_memory() -> int:
 
 
 def estimate_cost(served: ServedModel) -> int:
-    """Weights plus an f16 KV cache for the window the model will get."""
-    path = served.options.path
-    size = path.stat().st_size
-    try:
-        meta = read_metadata(path)
-    except (OSError, NotGGUF):
-        return size
-    arch = meta.get("general.architecture")
-    n_ctx = _window(served, meta)
-
-    def get(key: str, default: int) -> int:
-        value = meta.get(f"{arch}.{key}", default)
-        return value if isinstance(value, int) else default
-
-    layers, heads = get("block_count", 32), get("attention.head_count", 32)
-    kv_heads = get("attention.head_count_kv", heads)
-    head_dim = get("embedding_length", 4096) // max(1, heads)
-    k_len, v_len = get("attention.key_length", head_dim), get("attention.value_length", head_dim)
-    # Every sequence may hold a whole window; saved states live in RAM too.
+    """Weights, a KV cache of the model's types for the window it will get,
+    and the RAM its saved states may take."""
     options = served.options
-    kv = n_ctx * options.parallel * layers * kv_heads * (k_len + v_len) * 2
-    return size + kv + options.cache_ram
+    fp = footprint(options.path, options.cache_type_k, options.cache_type_v)
+    window = min(fp.trained, options.ctx_size) if options.ctx_size else fp.trained
+    return fp.total(window, options.parallel) + options.cache_ram
 
 
 def _window(served: ServedModel, meta: dict[str, object]) -> int:
@@ -113,6 +98,7 @@ class ModelPool:
         self.disk = disk if disk is not None and disk.budget > 0 else None
         self._disk_budget: DiskBudget | None = None
         self._loaded: dict[str, _Loaded] = {}
+        self._fitted: dict[str, int] = {}  # windows --ctx-size auto gave, by model
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self.primary = self._find(primary).id if primary else None
@@ -205,7 +191,7 @@ class ModelPool:
             return loaded.info
         path = served.options.path
         try:
-            window = _window(served, read_metadata(path))
+            window = self._fitted.get(served.id) or _window(served, read_metadata(path))
         except (OSError, NotGGUF):
             window = 0
         backend = backend_label(served.options.gpu_layers)
@@ -225,6 +211,7 @@ class ModelPool:
         with self._lock:
             loaded = self._loaded.get(served.id)
             if loaded is None:
+                served = self._sized(served)
                 cost = estimate_cost(served)
                 self._make_room(cost)
                 model = Model(served.options)
@@ -248,6 +235,22 @@ class ModelPool:
                 log.info("loaded %s", served.id)
             loaded.last_used = time.monotonic()
             return loaded
+
+    def _sized(self, served: ServedModel) -> ServedModel:
+        """The model with the window it will get: under --ctx-size auto the
+        largest that fits the memory budget; an explicit one is checked
+        against it (a DoesNotFit before llama.cpp tries to allocate it)."""
+        options = served.options
+        fp = footprint(options.path, options.cache_type_k, options.cache_type_v)
+        types = f"K {options.cache_type_k}, V {options.cache_type_v}"
+        if options.ctx_auto:
+            # Room for the RAM cache's saved states too: all of it is engy's.
+            window = fit_window(fp, options.parallel, self.memory_budget - options.cache_ram)
+            self._fitted[served.id] = window
+            return replace(served, options=replace(options, ctx_size=window, ctx_auto=False))
+        window = min(fp.trained, options.ctx_size) if options.ctx_size else fp.trained
+        check_fits(fp, window, options.parallel, self.memory_budget, types)
+        return served
 
     def _tier(self, model: Model) -> DiskTier | None:
         """The disk tier of a model just loaded (None: off)."""
@@ -327,6 +330,9 @@ class ModelPool:
                         images=lm.model.projector is not None,
                         split=lm.model.split.line(),
                         offloaded=lm.model.split.offloaded or 0,
+                        kv_types=lm.model.kv_types,
+                        kv_bytes=lm.worker.kv_bytes(),
+                        fitted=model_id in self._fitted,
                     )
                 )
         return out

@@ -94,6 +94,10 @@ class Worker:
     def caches(self) -> list[CacheStatus]:
         return self.scheduler.caches()
 
+    def kv_bytes(self) -> int:
+        """The KV cache's size, as llama.cpp said when it made it."""
+        return self.scheduler.ctx.kv_bytes
+
     def limits(self) -> list[str]:
         return list(self.scheduler.limits)
 

@@ -56,6 +56,11 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         digest=_digest(record),
         speculative=options.speculative,
         draft_max=options.draft_max,
+        cache_type_k=options.cache_type_k,
+        cache_type_v=options.cache_type_v,
+        flash_attn=options.flash_attn,
+        cpu_moe=options.cpu_moe,
+        ctx_auto=options.ctx_auto,
     )
     names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
     aliases = tuple(dict.fromkeys(n for n in names if n != record.id))

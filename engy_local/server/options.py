@@ -22,6 +22,11 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8642
     ctx_size: int | None = 32768
+    ctx_auto: bool = False  # --ctx-size auto: the window the memory budget holds
+    cache_type_k: str = "f16"  # the KV cache's types (runtime.memory.KV_TYPES)
+    cache_type_v: str = "f16"
+    flash_attn: str = "auto"  # auto, on or off; "on" where a quantized V needs it
+    cpu_moe: int = 0  # MoE layers whose experts stay in CPU memory: the first N; -1: all
     gpu_layers: int | None = None
     threads: int | None = None
     api_key: str | None = None

@@ -105,10 +105,14 @@ def print_banner(options: ServeOptions, backend: Served, console: Console) -> No
     line(f"  backend   {info.backend}  (CPU: {guard_line()})")
     for device in offload_devices(memory=True):
         line(f"  device    {device.line()}")
-    split = next((m.split for m in backend.status() if m.id == info.id), "")
-    if split:
-        line(f"  split     {split}")
+    status = next((m for m in backend.status() if m.id == info.id), None)
+    if status is not None and status.split:
+        line(f"  split     {status.split}")
     line(f"  context   {_context(info, options.parallel)}")
+    if status is not None and status.fitted:
+        line("            (--ctx-size auto: fitted to the memory budget, at most the model's own)")
+    if status is not None and status.kv_bytes:
+        line(f"  KV cache  {status.kv_types}, {status.kv_bytes / (1 << 20):,.0f} MiB")
     for spec in upstream_specs(options) if options.upstream else ():
         line(f"  upstream  {spec.url} ({spec.kind})")
     line(f"  url       {url}")

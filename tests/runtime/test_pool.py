@@ -43,9 +43,10 @@ def _pull(home: Path, path: Path) -> None:
 def server(home: Path, tiny_answer: Path, tiny_qwen3: Path) -> Iterator[EngyServer]:
     _pull(home, tiny_answer)
     _pull(home, tiny_qwen3)
-    # A budget that holds one tiny model at a time: serving the other
-    # unloads the idle one first.
-    s = EngyServer(None, "--ctx-size", "2048", "--memory-budget", "0.3", home=home)
+    # A budget that holds one model at a time (with its RAM cache): serving
+    # another unloads the idle one first. Each one's weights and KV cache
+    # fit it alone, or the server would refuse to start.
+    s = EngyServer(None, "--ctx-size", "2048", "--memory-budget", "0.5", home=home)
     yield s
     s.stop()
 

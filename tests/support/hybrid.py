@@ -1,10 +1,13 @@
-"""Tiny hybrid GGUFs for tests: recurrent layers beside attention, with
-seeded random weights, run by the real llama.cpp.
+"""Tiny GGUFs for tests with seeded random weights, run by the real
+llama.cpp: hybrids (recurrent layers beside attention) and a mixture of
+experts.
 
-Two architectures, their tensors named and shaped as llama.cpp loads them:
+Three architectures, their tensors named and shaped as llama.cpp loads them:
 - "qwen35" (Qwen3.5): Gated DeltaNet layers, every fourth layer full
   attention with a gated query;
-- "lfm2" (LFM2): short convolutions, attention where a layer has KV heads.
+- "lfm2" (LFM2): short convolutions, attention where a layer has KV heads;
+- "qwen3moe" (Qwen3 MoE): attention in every layer, its feed-forward a
+  router over N_EXPERT experts of which two run per token.
 
 The weights are random, so every answer depends on the whole prompt
 through the recurrent state: a cache that restores the wrong state (or
@@ -28,7 +31,8 @@ from support.ggufs import TEMPLATE_DIR, cached_build, tokenize, tokenizer_kv, vo
 
 HEAD_DIM = 32
 OUTPUT_SPREAD = 8.0  # the logits' standard deviation
-ARCHS = ("qwen35", "lfm2")
+ARCHS = ("qwen35", "lfm2", "qwen3moe")
+N_EXPERT, N_EXPERT_USED = 4, 2
 LEXICON = "note 0123456789: keep.\n"
 
 
@@ -95,9 +99,11 @@ def build_hybrid_gguf(
 
     if arch == "qwen35":
         _qwen35(w, shape, rng, dense, ones)
-    else:
+    elif arch == "lfm2":
         _lfm2(w, shape, dense, ones)
-    for i in range(n_layer):
+    else:
+        _qwen3moe(w, shape, dense, ones)
+    for i in range(n_layer if arch != "qwen3moe" else 0):
         w.add_tensor(f"blk.{i}.ffn_gate.weight", dense(shape.n_ff, n_embd))
         w.add_tensor(f"blk.{i}.ffn_up.weight", dense(shape.n_ff, n_embd))
         w.add_tensor(f"blk.{i}.ffn_down.weight", dense(n_embd, shape.n_ff))
@@ -182,6 +188,37 @@ def _lfm2(w: Any, shape: Shape, dense: Any, ones: Any) -> None:
             w.add_tensor(f"{b}.shortconv.conv.weight", dense(shape.n_embd, l_cache))
             w.add_tensor(f"{b}.shortconv.in_proj.weight", dense(3 * shape.n_embd, shape.n_embd))
             w.add_tensor(f"{b}.shortconv.out_proj.weight", dense(shape.n_embd, shape.n_embd))
+
+
+def _qwen3moe(w: Any, shape: Shape, dense: Any, ones: Any) -> None:
+    """Attention with normed q and k, then N_EXPERT experts behind a router."""
+    n_head, n_head_kv = 2, 1
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_expert_count(N_EXPERT)
+    w.add_expert_used_count(N_EXPERT_USED)
+    w.add_expert_feed_forward_length(shape.n_ff)
+    w.add_tensor("output_norm.weight", ones(shape.n_embd))
+
+    def experts(rows: int, cols: int) -> np.ndarray:
+        return np.stack([dense(rows, cols) for _ in range(N_EXPERT)])
+
+    for i in range(shape.n_layer):
+        b = f"blk.{i}"
+        w.add_tensor(f"{b}.attn_norm.weight", ones(shape.n_embd))
+        w.add_tensor(f"{b}.attn_q.weight", dense(HEAD_DIM * n_head, shape.n_embd))
+        w.add_tensor(f"{b}.attn_k.weight", dense(HEAD_DIM * n_head_kv, shape.n_embd))
+        w.add_tensor(f"{b}.attn_v.weight", dense(HEAD_DIM * n_head_kv, shape.n_embd))
+        w.add_tensor(f"{b}.attn_output.weight", dense(shape.n_embd, HEAD_DIM * n_head))
+        w.add_tensor(f"{b}.attn_q_norm.weight", ones(HEAD_DIM))
+        w.add_tensor(f"{b}.attn_k_norm.weight", ones(HEAD_DIM))
+        w.add_tensor(f"{b}.ffn_norm.weight", ones(shape.n_embd))
+        w.add_tensor(f"{b}.ffn_gate_inp.weight", dense(N_EXPERT, shape.n_embd))
+        w.add_tensor(f"{b}.ffn_gate_exps.weight", experts(shape.n_ff, shape.n_embd))
+        w.add_tensor(f"{b}.ffn_up_exps.weight", experts(shape.n_ff, shape.n_embd))
+        w.add_tensor(f"{b}.ffn_down_exps.weight", experts(shape.n_embd, shape.n_ff))
 
 
 def hybrid_gguf_cached(cache_dir: Path, **kwargs: Any) -> Path:
