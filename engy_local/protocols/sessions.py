@@ -10,6 +10,8 @@ How clients say who they are (see shared/reference/clients.md):
     Codex         User-Agent `codex_exec/VERSION` (or `codex_cli_rs`), `originator`;
                   `prompt_cache_key` and `session-id` name the session, `thread-id` and
                   `x-codex-turn-metadata` {"thread_id", "request_kind"} the thread
+    Chat Completions  `prompt_cache_key` (OpenAI's, on this API too) or `session-id`,
+                  when a client names a session at all
     the SDKs      User-Agent `Anthropic/Python 0.40.0`, `OpenAI/Python 1.60.0`
     engy's page   `x-engy-client: page`
 
@@ -29,9 +31,14 @@ from typing import Any, Literal
 from ..chat import ChatRequest, Text
 from .anthropic import ATTRIBUTION
 
-Api = Literal["anthropic", "openai"]
+# /v1/messages, /v1/responses, /v1/chat/completions
+Api = Literal["anthropic", "openai", "chat"]
 # (wire name, digest of what it holds): `system[1]`, `tools[3]`, `messages[5]` ...
 Parts = tuple[tuple[str, bytes], ...]
+# Chat Completions carries its system prompt among the messages: such a
+# message is named with its role, `messages[0] (system)`, and is not a turn
+# of the conversation.
+_SYSTEM_ROLES = ("system", "developer")
 
 _CLAUDE_CODE = re.compile(r"claude-cli/([\w.+-]+)")
 _CODEX = re.compile(r"codex_[a-z_]+/([\w.+-]+)")
@@ -146,6 +153,20 @@ def prompt_parts(api: Api, body: Any) -> Parts:
         if d.get("thinking") is not None:
             parts.append(("thinking", d.get("thinking")))
         parts += _listed("messages", d.get("messages"))
+    elif api == "chat":
+        system: list[tuple[str, Any]] = []
+        conversation: list[tuple[str, Any]] = []
+        for name, message in _listed("messages", d.get("messages")):
+            role = message.get("role") if isinstance(message, dict) else None
+            if role in _SYSTEM_ROLES:
+                system.append((f"{name} ({role})", message))
+            else:
+                conversation.append((name, message))
+        parts += system + _listed("tools", d.get("tools"))
+        for key in ("reasoning_effort", "chat_template_kwargs"):
+            if d.get(key) is not None:
+                parts.append((key, d.get(key)))
+        parts += conversation
     else:
         if d.get("instructions") is not None:
             parts.append(("instructions", d.get("instructions")))
@@ -157,6 +178,8 @@ def prompt_parts(api: Api, body: Any) -> Parts:
 
 
 def _conversation(name: str) -> bool:
+    if name.endswith(tuple(f" ({role})" for role in _SYSTEM_ROLES)):
+        return False
     return name.startswith(("messages[", "input[")) or name == "input"
 
 

@@ -304,6 +304,7 @@ class Entry:
             "lane": self.lane.kind if self.lane else "",
             "turn": self.turn,
             "changed": self.changed,
+            "prev_prompt": self.prev_prompt,
             "verdict": self.verdict(),
         }
         if reveal:

@@ -40,6 +40,7 @@ from ..errors import (
 from ..protocols import anthropic, chat_completions, responses
 from ..protocols.anthropic_stream import MessageStream
 from ..protocols.images import ImageLimits
+from ..protocols.sessions import Api
 from .activity import Activity
 from .guard import AccessMiddleware, AccessPolicy, key_matches
 from .manage import StoreHooks
@@ -244,14 +245,9 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
     def refuse(scope: Scope, message: str) -> ASGIApp:
         return _error_response(_protocol_of(scope["path"]), Forbidden(message))
 
-    def tracked(generation: Generation) -> Generation:
-        """A generation counted in /metrics only; routes use `submit`."""
-        return Tracked(generation, metrics, drain)
-
-    async def submit(
-        api: Literal["anthropic", "openai"], request: Request, body: Any, chat: ChatRequest
-    ) -> Generation:
-        """Submit `chat`, recorded for the page from its first moment."""
+    async def submit(api: Api, request: Request, body: Any, chat: ChatRequest) -> Generation:
+        """Submit `chat`, counted in /metrics and recorded for the page from
+        its first moment: every API's route submits through here."""
         entry = activity.begin(api, request.url.path, request.headers, body, chat)
         try:
             generation = await backend.submit(chat)
@@ -325,11 +321,10 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         )
 
     async def complete_chat(request: Request) -> Response:
-        parsed = chat_completions.parse_request(
-            await _read_json(request, settings.max_body_bytes), images=settings.images
-        )
+        body = await _read_json(request, settings.max_body_bytes)
+        parsed = chat_completions.parse_request(body, images=settings.images)
         backend.resolve(parsed.chat.model)
-        generation = tracked(await backend.submit(parsed.chat))
+        generation = await submit("chat", request, body, parsed.chat)
         completion_id, created = _new_id("chatcmpl-"), int(time.time())
         if parsed.stream:
             machine = chat_completions.CompletionStream(

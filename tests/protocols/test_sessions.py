@@ -163,6 +163,38 @@ def test_responses_parts_are_named_as_on_the_wire() -> None:
     assert [name for name, _ in prompt_parts("openai", {"input": "hi"})] == ["input"]
 
 
+def test_chat_completions_parts_name_the_system_prompt_by_its_message() -> None:
+    body: dict[str, Any] = {
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi"},
+        ],
+    }
+    parts = prompt_parts("chat", body)
+    assert [name for name, _ in parts] == ["messages[0] (system)", "tools[0]", "messages[1]"]
+    longer: dict[str, Any] = {
+        **body,
+        "messages": [*body["messages"], A1, {"role": "user", "content": "x"}],
+    }
+    assert diverged(parts, prompt_parts("chat", longer)) == ""
+    # The system message is not the conversation's first turn: a new
+    # conversation under the same system prompt is a new one.
+    assert first_turn(parts) == first_turn(prompt_parts("chat", longer))
+    other = {**body, "messages": [body["messages"][0], {"role": "user", "content": "bye"}]}
+    assert opening(parts) != opening(prompt_parts("chat", other))
+    briefer = {
+        **longer,
+        "messages": [{"role": "developer", "content": "be briefer"}, *longer["messages"][1:]],
+    }
+    assert diverged(prompt_parts("chat", longer), prompt_parts("chat", briefer)) == (
+        "messages[0] (developer) added"
+    )
+    # OpenAI's prompt_cache_key names a session on this API too.
+    who = provenance("chat", {"user-agent": "OpenAI/Python 1.60.0"}, {"prompt_cache_key": "k"})
+    assert who == Provenance("OpenAI SDK (Python 1.60.0)", "k", "prompt_cache_key")
+
+
 def test_a_conversation_keeps_its_first_turn_and_opening() -> None:
     one, two = claude(["a"], [U1]), claude(["a"], [U1, A1, U2])
     assert first_turn(prompt_parts("anthropic", one)) == first_turn(prompt_parts("anthropic", two))

@@ -218,6 +218,61 @@ def test_claude_code_turns_make_one_session() -> None:
     asyncio.run(main())
 
 
+def test_chat_completions_turns_make_one_session_with_their_figures() -> None:
+    def completion(system: str, turns: list[str]) -> dict[str, Any]:
+        messages = [{"role": "system", "content": system}]
+        messages += [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": t}
+            for i, t in enumerate(turns)
+        ]
+        return {"model": "m", "messages": messages, "prompt_cache_key": "chat-1"}
+
+    def chat(b: dict[str, Any]) -> ChatRequest:
+        return ChatRequest(
+            "m", tuple(Message(m["role"], (Text(m["content"]),)) for m in b["messages"])
+        )
+
+    async def main() -> None:
+        activity = Activity()
+        sdk = {"user-agent": "OpenAI/Python 1.60.0"}
+        for b, script in (
+            (completion("be brief", ["hi"]), [Started(50, 0), TextDelta("yo"), finished(50, 0)]),
+            (
+                completion("be brief", ["hi", "yo", "more"]),
+                [Started(60, 52), TextDelta("ok"), finished(60, 52)],
+            ),
+            (
+                completion("be long", ["hi", "yo", "more", "ok", "and?"]),
+                [Started(70, 3, "token 3 of 70, in system[0]"), finished(70, 3)],
+            ),
+        ):
+            entry = activity.begin("chat", "/v1/chat/completions", sdk, b, chat(b))
+            await run(entry, Scripted(script))  # type: ignore[arg-type]
+
+        snapshot = activity.snapshot(reveal=True)
+        rows = snapshot["requests"]
+        assert [r["endpoint"] for r in rows] == ["/v1/chat/completions"] * 3
+        assert [(r["prompt_tokens"], r["cached_tokens"], r["state"]) for r in rows] == [
+            (50, 0, "done"),
+            (60, 52, "done"),
+            (70, 3, "done"),
+        ]
+        assert rows[0]["client"] == "OpenAI SDK (Python 1.60.0)" and rows[1]["answer"] == "ok"
+        assert (rows[2]["verdict"], rows[2]["prev_prompt"]) == ("missed", 60)
+        [session] = snapshot["sessions"]
+        assert (session["key"], session["source"]) == (
+            "prompt_cache_key:chat-1",
+            "prompt_cache_key",
+        )
+        [lane] = session["lanes"]
+        assert [t["verdict"] for t in lane["entries"]] == ["first", "cached", "missed"]
+        assert lane["entries"][2]["changed"] == "messages[0] (system) changed"
+        assert lane["entries"][2]["miss"] == "token 3 of 70, in system[0]"
+        assert snapshot["figures"][0]["requests"] == 3
+
+    asyncio.run(main())
+
+
 def test_requests_without_a_session_id_are_grouped_by_their_opening() -> None:
     activity = Activity()
     plain = {"user-agent": "Anthropic/Python 0.40.0"}
