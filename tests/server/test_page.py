@@ -15,6 +15,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from support.browser import SHOTS, OpenPage, live, panel, shoot
 from support.hubserver import Hub
@@ -387,6 +388,100 @@ def test_codex_turns_are_one_session_by_its_prompt_cache_key(tiny: EngyServer) -
     assert lane["entries"][1]["cached_tokens"] == cached > 0
     rows = [r for r in status["requests"] if r["session"] == session["key"]]
     assert {r["endpoint"] for r in rows} == {"/v1/responses"}
+
+
+def test_chat_completions_through_the_openai_sdk_reach_both_tabs(
+    tiny: EngyServer, open_page: OpenPage
+) -> None:
+    page = open_page(tiny.url + "/")
+    live(page)
+    key = f"chat-{time.time()}"
+    # A system prompt no other test sends, long enough that a miss is plain.
+    system: Any = {"role": "system", "content": "You answer questions about tides. " * 100}
+    u1: Any = {"role": "user", "content": "When is high water?"}
+    with openai.OpenAI(base_url=tiny.url + "/v1", api_key="unused", max_retries=0) as client:
+        first = client.chat.completions.create(
+            model=model_of(tiny),
+            messages=[system, u1],
+            max_tokens=8,
+            extra_body={"prompt_cache_key": key},
+        )
+        m2: list[Any] = [
+            system,
+            u1,
+            {"role": "assistant", "content": first.choices[0].message.content or ""},
+            {"role": "user", "content": "And low water?"},
+        ]
+        chunks = list(
+            client.chat.completions.create(
+                model=model_of(tiny),
+                messages=m2,
+                max_tokens=8,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"prompt_cache_key": key},
+            )
+        )
+        changed: Any = {"role": "system", "content": "You answer questions about rivers. " * 100}
+        third = client.chat.completions.create(
+            model=model_of(tiny),
+            messages=[changed, *m2[1:]],
+            max_tokens=8,
+            extra_body={"prompt_cache_key": key},
+        )
+    usages = [u for u in (first.usage, chunks[-1].usage, third.usage) if u is not None]
+    details = [u.prompt_tokens_details for u in usages]
+    cached = [d.cached_tokens or 0 for d in details if d is not None]
+    assert len(usages) == len(cached) == 3
+
+    ids = [
+        r["id"]
+        for r in http.get(tiny.url + "/engy/status").json()["requests"]
+        if r["session"] == f"prompt_cache_key:{key}"
+    ]
+    assert len(ids) == 3
+    for rid, usage, read in zip(ids, usages, cached, strict=True):
+        row = page.locator(f"#requests-body tr.req[data-id='{rid}']")
+        row.wait_for()
+        page.wait_for_function(
+            "(id) => document.querySelector(`tr.req[data-id='${id}']`).dataset.state === 'done'",
+            arg=rid,
+        )
+        assert row.locator(".c-endpoint").inner_text() == "/v1/chat/completions"
+        assert row.locator(".c-client").inner_text().startswith("OpenAI SDK (Python")
+        assert row.locator(".c-prompt").inner_text() == f"{usage.prompt_tokens:,}"
+        assert row.locator(".c-cached").inner_text().startswith(f"{read:,}")
+        assert row.locator(".c-output").inner_text() == f"{usage.completion_tokens:,}"
+        assert re.match(r"[\d.]+ (ms|s)$", row.locator(".c-ttft").inner_text())
+    assert cached[1] >= usages[0].prompt_tokens
+    # The missed turn's details say where its prompt changed and left the cache.
+    page.locator(f"#requests-body tr.req[data-id='{ids[2]}']").click()
+    detail = page.locator(f"tr.detail[data-for='{ids[2]}']")
+    assert "messages[0] (system) changed (since turn 2)" in detail.inner_text()
+    assert f"the previous turn had {usages[1].prompt_tokens:,}" in detail.inner_text()
+    assert re.search(r"token \d+ of \d+, in system\[0\]", detail.inner_text())
+    shoot(page, "requests-chat-completions-wide-light")
+
+    panel(page, "sessions")
+    card = page.locator(f"article.session[data-key='prompt_cache_key:{key}']")
+    card.wait_for()
+    assert "OpenAI SDK" in card.inner_text() and "session id from prompt_cache_key" in (
+        card.inner_text()
+    )
+    turns = card.locator("section[data-kind='main'] tr.turn")
+    assert [turns.nth(i).locator(".c-verdict").inner_text() for i in range(3)] == [
+        "first turn",
+        "from cache",
+        "missed",
+    ]
+    assert turns.nth(2).locator(".changed").inner_text() == (
+        "messages[0] (system) changed since turn 2"
+    )
+    assert re.search(
+        r"diverged at token \d+ of \d+, in system\[0\]",
+        turns.nth(2).locator(".c-why").inner_text(),
+    )
+    shoot(page, "sessions-chat-completions-wide-light")
 
 
 def test_the_keyboard_reaches_every_panel_and_a_request_s_details(
