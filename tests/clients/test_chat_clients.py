@@ -1,6 +1,6 @@
 """Tools that speak Chat Completions, run for real against `engy serve`:
 opencode 1.18.33 and Continue's CLI (`cn`) 1.5.47 from the npm registry,
-configured as the README says (an OpenAI-compatible provider whose base URL
+configured as docs/clients.md says (an OpenAI-compatible provider whose base URL
 is engy's /v1 and whose model is the served id).
 
 Each runs on a two-turn model (support.ggufs.build_two_turn_gguf): on a
