@@ -154,15 +154,15 @@ def prompt_parts(api: Api, body: Any) -> Parts:
             parts.append(("thinking", d.get("thinking")))
         parts += _listed("messages", d.get("messages"))
     elif api == "chat":
-        system: list[tuple[str, Any]] = []
+        prompts: list[tuple[str, Any]] = []  # system and developer messages
         conversation: list[tuple[str, Any]] = []
         for name, message in _listed("messages", d.get("messages")):
             role = message.get("role") if isinstance(message, dict) else None
             if role in _SYSTEM_ROLES:
-                system.append((f"{name} ({role})", message))
+                prompts.append((f"{name} ({role})", message))
             else:
                 conversation.append((name, message))
-        parts += system + _listed("tools", d.get("tools"))
+        parts += prompts + _listed("tools", d.get("tools"))
         for key in ("reasoning_effort", "chat_template_kwargs"):
             if d.get(key) is not None:
                 parts.append((key, d.get(key)))
