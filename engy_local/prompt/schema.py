@@ -7,7 +7,8 @@ grammar can say, so each schema is first reduced (`reduced`):
   $defs / definitions, the date / time / date-time / uuid formats, and
   length and item limits up to MAX_REPEAT;
 - dropped: annotations (description, title, default, examples, $schema ...),
-  number bounds, pattern (a regex cannot safely become a grammar here),
+  number bounds (but a minimum of 0 or more rules out a minus sign),
+  pattern (a regex cannot safely become a grammar here),
   other formats, remote $refs and everything else;
 - a schema that says nothing about its type (`{}`, `true`) means any value;
   `false` means none (a property that may not appear).
@@ -62,10 +63,16 @@ class Notation:
     constant: Callable[[Any], str]  # an enum or const value as written
 
 
+# After each token, JSON's own whitespace the way models were trained to
+# write it: a space, or a newline and an indentation (pretty-printed calls),
+# bounded so that whitespace cannot run on. One space at most made a model
+# that wanted a newline after `20` write more digits instead.
+JSON_SPACE = '(" " | "\\n" [ \\t]{0,40})?'
+
 JSON = Notation(
     quote='"',
     char=JSON_CHAR,
-    space='" "?',
+    space=JSON_SPACE,
     key=json.dumps,
     constant=lambda value: json.dumps(value, ensure_ascii=False),
 )
@@ -183,6 +190,9 @@ def reduced(schema: Any) -> dict[str, Any] | None:
     for key in ("$defs", "definitions"):
         if isinstance(schema.get(key), dict):
             out[key] = {k: reduced(v) or dict(ANY) for k, v in schema[key].items()}
+    bound = schema.get("minimum", schema.get("exclusiveMinimum"))
+    if isinstance(bound, (int, float)) and not isinstance(bound, bool) and bound >= 0:
+        out["minimum"] = 0  # all the grammar says of bounds: no minus sign
     if schema.get("format") in _FORMATS and out.get("type") == "string":
         out["format"] = schema["format"]
     if not _SHAPE & out.keys():
@@ -312,6 +322,9 @@ class _Converter:
             return self._array(schema, name)
         if kind == "string":
             return self._string(schema, name)
+        if kind in ("integer", "number") and schema.get("minimum") == 0:
+            signed = self.rules[self._primitive(kind)]
+            return self._add(f"unsigned-{kind}", signed.replace('("-"? ', "(", 1))
         return self._primitive(kind)
 
     def _ref(self, ref: str) -> str:
