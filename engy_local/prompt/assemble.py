@@ -1,11 +1,25 @@
 """The one step from generated text to the answer's events, for the local
 engine and for an upstream alike: each token's text goes through the
 family's parser, a forced single call ends the answer once it is complete,
-and the end becomes `Finished` with the neutral stop reason and `Usage`."""
+and the end becomes `Finished` with the neutral stop reason and `Usage`.
+
+Where several calls may come, a call that repeats one of this answer's
+earlier calls (the same tool, the same arguments) ends the answer and is
+dropped: small models loop on a call once the grammar lets them write
+another. So each call after the first is held until it is complete."""
 
 from __future__ import annotations
 
-from ..chat import Event, Finished, StopReason, ThinkingDelta, ToolCallEnd, Usage
+from ..chat import (
+    Event,
+    Finished,
+    StopReason,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
 from .detokenize import TextEnd
 from .toolparse import ToolParser
 
@@ -15,22 +29,50 @@ class AnswerAssembler:
         self.parser = parser
         self.single_call = single_call
         self.called = False  # a tool call was completed
+        self.repeated = False  # a call repeated an earlier one (and was dropped)
         self.reasoning = 0  # tokens whose text went to thinking
         self.stop_reason: StopReason | None = None  # once finished
+        self._calls: set[tuple[str, str]] = set()  # (name, arguments) of complete calls
+        self._held: list[Event] = []  # a call after the first, until it is complete
+        self._name = ""
 
     def feed(self, text: str) -> list[Event]:
         """The events of one token's text."""
-        events = self.parser.feed(text)
+        events = self._guard(self.parser.feed(text))
         if any(isinstance(e, ThinkingDelta) for e in events):
             self.reasoning += 1
-        self.called = self.called or any(isinstance(e, ToolCallEnd) for e in events)
         return events
 
     @property
     def done(self) -> bool:
-        """One call was asked for and it is complete: the answer ends here,
-        as at an end token."""
-        return self.called and self.single_call
+        """One call was asked for and it is complete, or a call repeated an
+        earlier one: the answer ends here, as at an end token."""
+        return self.called and (self.single_call or self.repeated)
+
+    def _guard(self, events: list[Event]) -> list[Event]:
+        out: list[Event] = []
+        for event in events:
+            if self.repeated:
+                break
+            if isinstance(event, ToolCallStart):
+                self._name = event.name
+                if self.called:
+                    self._held = [event]
+                    continue
+            elif isinstance(event, ToolCallDelta) and self._held:
+                self._held.append(event)
+                continue
+            elif isinstance(event, ToolCallEnd):
+                key = (self._name, event.arguments)
+                held, self._held = self._held, []
+                self.called = True
+                if key in self._calls:
+                    self.repeated = True
+                    continue
+                self._calls.add(key)
+                out += held
+            out.append(event)
+        return out
 
     def finish(
         self,
@@ -43,8 +85,7 @@ class AnswerAssembler:
         accepted: int = 0,
     ) -> list[Event]:
         """What the parser still holds, then `Finished`."""
-        events = self.parser.finish()
-        self.called = self.called or any(isinstance(e, ToolCallEnd) for e in events)
+        events = self._guard(self.parser.finish()) if not self.repeated else []
         stop: StopReason = "tool_call" if end == "end" and self.called else end
         self.stop_reason = stop
         usage = Usage(prompt, cached, produced, self.reasoning, drafted, accepted)

@@ -20,22 +20,43 @@ from ..chat import ToolSpec
 from ..errors import InvalidRequest
 from .families import Family, get
 from .gbnf import until
-from .schema import OBJECT, arguments_rules, small, value_rules
+from .schema import JSON, OBJECT, Notation, arguments_rules, small, value_rules
 
 MAX_TOOL_GRAMMAR = 256 * 1024
 MAX_GRAMMAR = 4 * 1024 * 1024
+# Calls one forced answer may hold where the request allows parallel calls.
+MAX_CALLS = 16
 
 
 def forced_call_grammar(
-    tools: Sequence[ToolSpec], family: Family | str = "hermes", *, reasoning: bool = False
+    tools: Sequence[ToolSpec],
+    family: Family | str = "hermes",
+    *,
+    reasoning: bool = False,
+    parallel: bool = False,
 ) -> str:
     """A grammar whose every sentence is one call to one of `tools` in
-    `family`'s syntax. `reasoning=True`: the output starts inside a reasoning
-    block the prompt opened, which must end (`</think>` or the family's own
-    marker) before the call."""
+    `family`'s syntax; `parallel`: one or more calls (up to MAX_CALLS, each
+    after at most two whitespace characters). `reasoning=True`: the output
+    starts inside a reasoning block the prompt opened, which must end
+    (`</think>` or the family's own marker) before the call."""
     chosen = get(family) if isinstance(family, str) else family
-    if chosen.call_rules is None and chosen.tool_rules is None:
-        raise ValueError(f"no forced-call grammar for tool-call family {chosen.name!r}")
+    rules = call_rules(tools, chosen)
+    start = "call"
+    if parallel:
+        # Whitespace after the last call too: a token that ends a call and
+        # starts the gap (`>\n\n`) must not oblige another call.
+        rules["calls"] = f"call ([ \\t\\n]{{0,2}} call){{0,{MAX_CALLS - 1}}} [ \\t\\n]{{0,2}}"
+        start = "calls"
+    return grammar_text(rules, start, chosen, reasoning, "tools", "the forced call's grammar")
+
+
+def call_rules(tools: Sequence[ToolSpec], family: Family) -> dict[str, str]:
+    """The rules of one call to one of `tools` in `family`'s syntax, under
+    the rule name "call" (a ValueError where the family has none, or there
+    are no tools)."""
+    if family.call_rules is None and family.tool_rules is None:
+        raise ValueError(f"no forced-call grammar for tool-call family {family.name!r}")
     first: dict[str, ToolSpec] = {}
     for tool in tools:
         first.setdefault(tool.name, tool)
@@ -43,12 +64,15 @@ def forced_call_grammar(
     if not specs:
         raise ValueError("a forced tool call needs at least one tool")
     rules: dict[str, str] = {}
-    if chosen.tool_rules is not None:  # the family writes each parameter itself
-        chosen.tool_rules([_bounded_spec(spec, chosen) for spec in specs], rules)
-    elif chosen.call_rules is not None:
-        roots = [_bounded_arguments(spec, f"t{i}-", rules, chosen) for i, spec in enumerate(specs)]
-        chosen.call_rules([spec.name for spec in specs], roots, rules)
-    return _grammar(rules, "call", chosen, reasoning, "tools", "the forced call's grammar")
+    if family.tool_rules is not None:  # the family writes each parameter itself
+        family.tool_rules([_bounded_spec(spec, family) for spec in specs], rules)
+    elif family.call_rules is not None:
+        roots = [
+            bounded_arguments(spec, f"t{i}-", rules, family.notation)
+            for i, spec in enumerate(specs)
+        ]
+        family.call_rules([spec.name for spec in specs], roots, rules)
+    return rules
 
 
 def json_answer_grammar(
@@ -64,10 +88,10 @@ def json_answer_grammar(
         rules = {}
         root = value_rules(OBJECT, "j-", rules)
     rules["answer"] = root
-    return _grammar(rules, "answer", family, reasoning, "response_format", "the JSON grammar")
+    return grammar_text(rules, "answer", family, reasoning, "response_format", "the JSON grammar")
 
 
-def _grammar(
+def grammar_text(
     rules: dict[str, str], start: str, family: Family, reasoning: bool, param: str, what: str
 ) -> str:
     """The rules with their root: `start`, after the reasoning block the
@@ -90,14 +114,16 @@ def _size(rules: dict[str, str]) -> int:
     return sum(len(k) + len(v) + 5 for k, v in rules.items())
 
 
-def _bounded_arguments(spec: ToolSpec, prefix: str, rules: dict[str, str], family: Family) -> str:
+def bounded_arguments(
+    spec: ToolSpec, prefix: str, rules: dict[str, str], notation: Notation = JSON
+) -> str:
     """The rules of one tool's arguments, or of any object when they would
     be too large."""
     own: dict[str, str] = {}
-    root = arguments_rules(spec.parameters, prefix, own, family.notation)
+    root = arguments_rules(spec.parameters, prefix, own, notation)
     if _size(own) > MAX_TOOL_GRAMMAR:
         own = {}
-        root = arguments_rules(OBJECT, prefix, own, family.notation)
+        root = arguments_rules(OBJECT, prefix, own, notation)
     rules.update(own)
     return root
 

@@ -14,11 +14,13 @@ import numpy as np
 
 from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
+from .autocall import started_call_grammar
 from .families import Family
 from .forced import forced_call_grammar, json_answer_grammar
 from .gbnf import fixed_start
 from .images import PlacedImages, image_placeholder, images_of, place_images
 from .layout import first_token_at, layout, token_offsets
+from .loosecalls import LooseCallParser
 from .messages import ImageSlots, to_template_messages, to_template_tools
 from .template import ChatTemplate
 from .toolparse import ForcedCallParser, ToolParser
@@ -38,6 +40,11 @@ class SamplingParams:
     min_p: float = 0.05
     stop: tuple[str, ...] = ()
     grammar: str | None = None  # GBNF; constrains every sampled token
+    # With triggers the grammar is lazy: it applies from where one of these
+    # regexes matches the output (autocall.py); words: marker texts that
+    # also trigger as a single token
+    triggers: tuple[str, ...] = ()
+    trigger_words: tuple[str, ...] = ()
     seed: int | None = None  # None: a random one
 
 
@@ -247,12 +254,20 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     if forced:
         if choice.mode == "tool":
             chosen = tuple(t for t in tools if t.name == choice.name)
-        grammar = forced_call_grammar(chosen, family, reasoning=in_thinking)
+        grammar = forced_call_grammar(
+            chosen, family, reasoning=in_thinking, parallel=choice.parallel
+        )
         scaffold = _scaffold(model, tokens, text, grammar)
     elif json_answer(request):
         assert request.json_output is not None
         schema = request.json_output.schema
         grammar = json_answer_grammar(schema, family, reasoning=in_thinking)
+    # Under auto, a call the model starts follows the same rules (lazily).
+    lazy = None
+    if tools and not forced:
+        after = family.reasoning_end if in_thinking else ""
+        lazy = started_call_grammar(tools, family, after=after)
+        grammar = lazy.gbnf if lazy is not None else None
     # The names the model may call (under a grammar, only those it allows);
     # as a mapping to each tool's parameters schema, so that families
     # writing a tag per parameter can type the values.
@@ -261,7 +276,9 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
 
     def new_parser() -> ToolParser:
         parser = parser_class(tools=names, thinking=in_thinking, new_id=new_call_id)
-        return ForcedCallParser(parser, list(names), new_call_id) if forced else parser
+        if forced:
+            return ForcedCallParser(parser, list(names), new_call_id)
+        return LooseCallParser(parser, names, new_call_id) if names else parser
 
     s = request.sampling
     params = SamplingParams(
@@ -271,6 +288,8 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         top_k=DEFAULT_TOP_K if s.top_k is None else s.top_k,
         stop=s.stop,
         grammar=grammar,
+        triggers=lazy.triggers if lazy is not None else (),
+        trigger_words=lazy.words if lazy is not None else (),
         seed=s.seed,
     )
     offsets = token_offsets(tokens, model)
@@ -287,7 +306,7 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         tokens=tokens,
         params=params,
         new_parser=new_parser,
-        single_call=forced or not choice.parallel,
+        single_call=not choice.parallel,
         media=media,
         marks=marks,
         answer_start=answer_start(model, request, text, offsets),

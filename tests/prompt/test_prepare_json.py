@@ -36,7 +36,8 @@ def ask(**fields: object) -> ChatRequest:
         (ask(), None),
         (ask(json_output=JsonOutput(SCHEMA)), "json"),
         (ask(json_output=JsonOutput(), tools=(LS,), tool_choice=ToolChoice("none")), "json"),
-        (ask(json_output=JsonOutput(SCHEMA), tools=(LS,)), None),  # auto: the model chooses
+        # auto: the model chooses; a call it starts follows the lazy call grammar
+        (ask(json_output=JsonOutput(SCHEMA), tools=(LS,)), "lazy"),
         (ask(json_output=JsonOutput(SCHEMA), tools=(LS,), tool_choice=ToolChoice("any")), "call"),
     ],
     ids=["text", "json", "json, tools off", "json, tools on auto", "forced call wins"],
@@ -45,11 +46,14 @@ def test_which_grammar(qwen3: Vocabulary, request_: ChatRequest, grammar: str | 
     params = prepare(qwen3, request_, 64).params
     if grammar is None:
         assert params.grammar is None
+    elif grammar == "lazy":
+        assert params.grammar is not None and params.triggers and "answer ::=" not in params.grammar
     elif grammar == "json":
         assert params.grammar is not None and "answer ::=" in params.grammar
         assert '\\"a\\"' in params.grammar or request_.json_output == JsonOutput()
     else:
         assert params.grammar is not None and "tool_call" in params.grammar
+        assert not params.triggers
     assert json_answer(request_) is (grammar == "json")
 
 

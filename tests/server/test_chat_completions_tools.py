@@ -174,6 +174,7 @@ def test_named_function_gives_a_valid_call(forced: tuple[Family, EngyServer], st
         messages=READ,
         tools=tools(family.schema),
         tool_choice={"type": "function", "function": {"name": "read_file"}},
+        parallel_tool_calls=False,
         max_tokens=400,
     )
     call = one_call(completion, family.schema)
@@ -193,6 +194,7 @@ def test_required_calls_one_of_the_tools(forced: tuple[Family, EngyServer]) -> N
         messages=READ,
         tools=tools(family.schema),
         tool_choice="required",
+        parallel_tool_calls=False,
         max_tokens=400,
     )
     call = one_call(completion, {"type": "object"}, name=None)
@@ -208,6 +210,7 @@ def test_the_tool_result_round_trip(forced: tuple[Family, EngyServer], stream: b
         messages=READ,
         tools=tools(family.schema),
         tool_choice={"type": "function", "function": {"name": "read_file"}},
+        parallel_tool_calls=False,
         max_tokens=400,
     )
     call = one_call(first, family.schema)

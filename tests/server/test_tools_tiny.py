@@ -103,7 +103,7 @@ def forced_message(claude: anthropic.Anthropic, model: str) -> Any:
         max_tokens=300,
         messages=HELLO,
         tools=ANTHROPIC_TOOLS,
-        tool_choice={"type": "tool", "name": "read_file"},
+        tool_choice={"type": "tool", "name": "read_file", "disable_parallel_tool_use": True},
     )
 
 
@@ -124,7 +124,7 @@ def test_messages_named_tool_choice_streams_input_json_delta(
         max_tokens=300,
         messages=HELLO,
         tools=ANTHROPIC_TOOLS,
-        tool_choice={"type": "tool", "name": "read_file"},
+        tool_choice={"type": "tool", "name": "read_file", "disable_parallel_tool_use": True},
     ) as stream:
         events = list(stream)
         final = stream.get_final_message()
@@ -148,20 +148,24 @@ def test_messages_named_tool_choice_streams_input_json_delta(
     assert call.input == streamed
 
 
-def test_messages_tool_choice_any_calls_one_of_the_tools(
-    claude: anthropic.Anthropic, model: str
+@pytest.mark.parametrize("parallel", [True, False])
+def test_messages_tool_choice_any_calls_the_tools(
+    claude: anthropic.Anthropic, model: str, parallel: bool
 ) -> None:
+    """One or more calls; exactly one where parallel calls are off."""
     msg = claude.messages.create(
         model=model,
         max_tokens=300,
         messages=HELLO,
         tools=ANTHROPIC_TOOLS,
-        tool_choice={"type": "any"},
+        tool_choice={"type": "any", "disable_parallel_tool_use": not parallel},
     )
     assert msg.stop_reason == "tool_use"
-    [call] = _tool_uses(msg)
-    assert call.name in SCHEMAS
-    jsonschema.validate(call.input, SCHEMAS[call.name])
+    calls = _tool_uses(msg)
+    assert len(calls) >= 1 if parallel else len(calls) == 1
+    for call in calls:
+        assert call.name in SCHEMAS
+        jsonschema.validate(call.input, SCHEMAS[call.name])
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -195,7 +199,7 @@ def test_messages_call_cut_by_max_tokens(
         "max_tokens": 24,
         "messages": HELLO,
         "tools": ANTHROPIC_TOOLS,
-        "tool_choice": {"type": "tool", "name": "read_file"},
+        "tool_choice": {"type": "tool", "name": "read_file", "disable_parallel_tool_use": True},
     }
     if stream:
         with claude.messages.stream(**kwargs) as s:
@@ -299,6 +303,7 @@ def forced_response(gpt: openai.OpenAI, model: str) -> Any:
         input="Read /etc/hostname for me.",
         tools=FUNCTION_TOOLS,
         tool_choice={"type": "function", "name": "read_file"},
+        parallel_tool_calls=False,
         max_output_tokens=300,
     )
 
@@ -320,6 +325,7 @@ def test_responses_named_function_streams_arguments(gpt: openai.OpenAI, model: s
         input="Read /etc/hostname for me.",
         tools=FUNCTION_TOOLS,
         tool_choice={"type": "function", "name": "read_file"},
+        parallel_tool_calls=False,
         max_output_tokens=300,
     ) as stream:
         events = list(stream)
@@ -346,6 +352,7 @@ def test_responses_call_cut_by_max_output_tokens_is_incomplete(
         "input": "Read /etc/hostname for me.",
         "tools": FUNCTION_TOOLS,
         "tool_choice": {"type": "function", "name": "read_file"},
+        "parallel_tool_calls": False,
         "max_output_tokens": 24,
     }
     if stream:
@@ -367,6 +374,7 @@ def test_responses_named_custom_tool_gives_custom_tool_call(gpt: openai.OpenAI, 
         input="Add hello.txt",
         tools=[*FUNCTION_TOOLS, APPLY_PATCH],
         tool_choice={"type": "custom", "name": "apply_patch"},
+        parallel_tool_calls=False,
         max_output_tokens=300,
     )
     assert r.status == "completed"
@@ -383,6 +391,7 @@ def test_responses_named_custom_tool_streams_input(gpt: openai.OpenAI, model: st
         input="Add hello.txt",
         tools=[APPLY_PATCH],
         tool_choice={"type": "custom", "name": "apply_patch"},
+        parallel_tool_calls=False,
         max_output_tokens=300,
     ) as stream:
         events = list(stream)
@@ -408,6 +417,7 @@ def test_responses_custom_tool_input_deltas_carry_the_text(answer_server: EngySe
             input="Add hello.txt",
             tools=[APPLY_PATCH],
             tool_choice={"type": "custom", "name": "apply_patch"},
+            parallel_tool_calls=False,
             max_output_tokens=300,
         ) as stream,
     ):
@@ -484,6 +494,7 @@ def test_responses_tool_choice_required_calls_a_tool(gpt: openai.OpenAI, model: 
         input="Find TODOs.",
         tools=FUNCTION_TOOLS,
         tool_choice="required",
+        parallel_tool_calls=False,
         max_output_tokens=300,
     )
     [call] = _items(r, "function_call")

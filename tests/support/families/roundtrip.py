@@ -116,7 +116,8 @@ def messages_round_trip(url: str, trip: RoundTrip, *, stream: bool) -> None:
             "max_tokens": 400,
             "messages": [{"role": "user", "content": ASK}],
             "tools": tools,
-            "tool_choice": {"type": "tool", "name": "read_file"},
+            # one call: the family's syntax is what is tested here
+            "tool_choice": {"type": "tool", "name": "read_file", "disable_parallel_tool_use": True},
         }
         if stream:
             with claude.messages.stream(**forced) as s:
@@ -201,6 +202,7 @@ def responses_round_trip(url: str, trip: RoundTrip, *, stream: bool) -> None:
             "input": ASK,
             "tools": tools,
             "tool_choice": {"type": "function", "name": "read_file"},
+            "parallel_tool_calls": False,
             "max_output_tokens": 400,
         }
         if stream:

@@ -1,0 +1,43 @@
+"""The answer's end where several calls may come: a call that repeats one of
+the same answer (same tool, same arguments) ends the answer and is dropped;
+different calls all come out, whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from engy_local.chat import ToolCallEnd, ToolCallStart
+from engy_local.prompt.assemble import AnswerAssembler
+from engy_local.prompt.toolparse import HermesParser
+
+
+def call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>\n'
+
+
+A, B = call("Read", '{"path": "a"}'), call("Read", '{"path": "b"}')
+
+
+@pytest.mark.parametrize(
+    ("output", "calls", "done"),
+    [
+        (A, ['{"path": "a"}'], False),
+        (A + B, ['{"path": "a"}', '{"path": "b"}'], False),
+        (A + A, ['{"path": "a"}'], True),  # the loop ends at the repeat
+        (A + B + A + B, ['{"path": "a"}', '{"path": "b"}'], True),
+    ],
+)
+def test_a_repeated_call_ends_the_answer(output: str, calls: list[str], done: bool) -> None:
+    answer = AnswerAssembler(
+        HermesParser(tools=["Read"], thinking=False, new_id=lambda: "id"), False
+    )
+    events = []
+    for c in output:  # a character a token
+        if answer.done:
+            break
+        events += answer.feed(c)
+    assert answer.done is done
+    events += answer.finish("end", 1, 0, 1)
+    assert [e.arguments for e in events if isinstance(e, ToolCallEnd)] == calls
+    assert len([e for e in events if isinstance(e, ToolCallStart)]) == len(calls)
+    assert answer.stop_reason == "tool_call"
