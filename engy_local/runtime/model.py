@@ -89,6 +89,10 @@ class Tokens:
     def piece(self, token: int) -> bytes:
         return token_piece(self._vocab, token)
 
+    def marker_tokens(self, text: str) -> list[int]:
+        """The tokens of a marker text, special tokens read as such, no BOS."""
+        return tokenize_text(self._vocab, text, False, "")
+
     def is_end(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 

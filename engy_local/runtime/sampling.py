@@ -11,6 +11,7 @@ which for a model following the grammar is rare.
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -31,6 +32,23 @@ def check_grammar(gbnf: str, root: str = "root") -> bool:
     return True
 
 
+def _grammar(model: Model, params: SamplingParams) -> Any:
+    """llama.cpp's grammar sampler; lazy where the params give triggers:
+    waiting until one of them matches the output (each word that is one
+    token of its own triggers as that token too)."""
+    assert params.grammar is not None
+    gbnf = params.grammar.encode()
+    if not params.triggers:
+        return llama_cpp.llama_sampler_init_grammar(model.vocab, gbnf, b"root")
+    patterns = (ctypes.c_char_p * len(params.triggers))(*(p.encode() for p in params.triggers))
+    words = [model.marker_tokens(w) for w in params.trigger_words]
+    tokens = [t[0] for t in words if len(t) == 1]
+    ids = (llama_cpp.llama_token * max(1, len(tokens)))(*tokens)
+    return llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        model.vocab, gbnf, b"root", patterns, len(params.triggers), ids, len(tokens)
+    )
+
+
 class Sampler:
     def __init__(self, model: Model, params: SamplingParams, seed: int | None = None) -> None:
         """`seed` (else the request's, `params.seed`; else a random one)."""
@@ -40,9 +58,7 @@ class Sampler:
             # llama.cpp would only fail inside the sampler; check it here.
             if not check_grammar(params.grammar):
                 raise ServerError("internal error: the tool-call grammar does not parse")
-            self.grammar = llama_cpp.llama_sampler_init_grammar(
-                model.vocab, params.grammar.encode(), b"root"
-            )
+            self.grammar = _grammar(model, params)
             if not self.grammar:
                 raise ServerError("internal error: the tool-call grammar does not load")
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())

@@ -97,6 +97,8 @@ def request_body(
         body["stop"] = list(params.stop)
     if params.seed is not None:  # both dialects call it seed
         body["seed"] = params.seed
+    if params.triggers:  # a lazy grammar (tool_choice auto): engines apply grammars whole
+        grammar = "none"
     if kind == "llamacpp":
         body |= {
             "n_predict": params.max_tokens,

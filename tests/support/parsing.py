@@ -17,6 +17,8 @@ from engy_local.chat import (
     ToolCallStart,
 )
 from engy_local.prompt.families import make_parser
+from engy_local.prompt.loosecalls import LooseCallParser
+from engy_local.prompt.toolparse import ToolParser
 
 TOOLS = ("Bash", "Read", "Write", "get_goal")
 
@@ -34,11 +36,18 @@ def parse(
     thinking: bool = False,
     family: str = "hermes",
     tools: Collection[str] = TOOLS,
+    loose: bool = False,
 ) -> Result:
+    """`loose`: as under tool_choice auto, where calls written as JSON
+    outside the family's syntax are read too (LooseCallParser)."""
     counter = iter(range(1000))
-    parser = make_parser(
-        family, tools=tools, thinking=thinking, new_id=lambda: f"call_{next(counter)}"
-    )
+
+    def new_id() -> str:
+        return f"call_{next(counter)}"
+
+    parser: ToolParser = make_parser(family, tools=tools, thinking=thinking, new_id=new_id)
+    if loose:
+        parser = LooseCallParser(parser, tools, new_id)
     events: list[Event] = []
     for chunk in chunks:
         events += parser.feed(chunk)

@@ -21,8 +21,9 @@ is found by discovery, so adding a family is adding a module. A family has:
                  must let reasoning the prompt opened finish first)
     notation     how argument values are written under a forced call's grammar
                  (JSON unless the family writes its own, as Gemma 4 does)
-    notation     how argument values are written under a forced call's grammar
-                 (JSON unless the family writes its own, as Gemma 4 does)
+    json_call    the markers around a call written as a JSON object (Hermes'
+                 <tool_call>): under tool_choice auto that object may be
+                 written as freely as JSON allows
     tools_as_text  for templates that cannot render tools at all: rewrites a
                  conversation so that the tools (described in the system
                  prompt), earlier calls and their results are plain text; the

@@ -34,3 +34,7 @@ class Family:
     template_lists_tools: bool = False
     # How values are written in the family's forced-call arguments.
     notation: Notation = JSON
+    # Markers around a call that is a JSON object {"name", "arguments"}
+    # (Hermes' <tool_call> ... </tool_call>): under tool_choice auto the
+    # object inside may be written as freely as JSON allows (autocall.py).
+    json_call: tuple[str, str] | None = None

@@ -21,5 +21,10 @@ def call_rules(names: list[str], roots: list[str], rules: dict[str, str]) -> Non
 
 # After the more specific families that also use <tool_call> (Qwen3-Coder).
 FAMILY = Family(
-    name="hermes", markers=("<tool_call>",), parser=HermesParser, call_rules=call_rules, priority=90
+    name="hermes",
+    markers=("<tool_call>",),
+    parser=HermesParser,
+    call_rules=call_rules,
+    priority=90,
+    json_call=("<tool_call>", "</tool_call>"),
 )

@@ -1,0 +1,119 @@
+"""The grammar a tool call follows once the model starts one under
+tool_choice auto: until then the model writes freely (it may answer in
+text and never call), and from the moment a call begins the rest of it is
+held to the family's call syntax and the chosen tool's schema, as a forced
+call is.
+
+A call begins at the family's own marker (`<tool_call>`), or in one of the
+forms small models write instead: a ```json fence, or a bare JSON object
+(or a list of them) opening with `{"name": "<an offered tool>"`. llama.cpp's
+lazy grammar watches for those (`triggers`: regexes, searched in the output
+so far; the grammar applies from the first group's start); the parser reads
+the JSON forms back as calls (loosecalls.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..chat import ToolSpec
+from .families import Family
+from .forced import MAX_CALLS, bounded_arguments, call_rules, grammar_text
+from .gbnf import fixed_start, literal
+from .schema import JSON_SPACE
+
+
+@dataclass(frozen=True)
+class LazyGrammar:
+    gbnf: str
+    triggers: tuple[str, ...]  # ECMAScript regexes, as llama.cpp's std::regex reads them
+    words: tuple[str, ...]  # marker texts that also trigger as a token of their own
+
+
+def started_call_grammar(
+    tools: Sequence[ToolSpec], family: Family, *, after: str = ""
+) -> LazyGrammar | None:
+    """The lazy grammar of calls to `tools` under auto; None without tools.
+    `after`: text the trigger must follow (the end of a reasoning block the
+    prompt opened: a call the model thinks about is not a call)."""
+    if not tools:
+        return None
+    rules: dict[str, str] = {}
+    starts: list[str] = []
+    marker = ""
+    names = _json_call_rules(tools, rules)
+    if family.json_call is not None:  # the JSON object inside, written freely
+        opening, closing = family.json_call
+        ws = "[ \\t\\n]{0,2}"
+        rules["call"] = f"{literal(opening)} {ws} jcall {ws} {literal(closing)}"
+    else:
+        with contextlib.suppress(ValueError):  # no call syntax of its own (generic, none)
+            rules.update(call_rules(tools, family))
+    if "call" in rules:
+        rules["family"] = f"call (jsep call){{0,{MAX_CALLS - 1}}} [ \\t\\n]{{0,2}}"
+        starts.append("family")
+        marker = _marker(rules)
+    starts += ["fenced", "jcalls"]
+    gbnf = grammar_text(rules, " | ".join(starts), family, False, "tools", "the call grammar")
+    # Each trigger matches only what the grammar accepts from the group's
+    # start (llama.cpp feeds it from there; text it rejected would be fatal),
+    # so its whitespace is the grammar's own (`jsp`).
+    alternation = "|".join(_escape(json.dumps(n, ensure_ascii=False)[1:-1]) for n in names)
+    ws = r"(?: |\n[ \t]{0,40})?"
+    head = rf'(?:\[{ws})?\{{{ws}"name"{ws}:{ws}"(?:{alternation})"'
+    lead = _escape(after) + r"[\s\S]*?" if after else ""
+    triggers = []
+    if marker:
+        triggers.append(f"{lead}({_escape(marker)})")
+    triggers += [f"{lead}(```(?:json|JSON)?{ws}{head})", f"{lead}({head})"]
+    return LazyGrammar(gbnf, tuple(triggers), (marker,) if marker and not after else ())
+
+
+def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[str]:
+    """Rules "fenced" and "jcalls": calls as JSON objects {"name": ...,
+    "arguments": {...}}, bare or in a ```json fence, one or a list. Returns
+    the tools' names, in order."""
+    first: dict[str, ToolSpec] = {}
+    for tool in tools:
+        first.setdefault(tool.name, tool)
+    rules["jsp"] = JSON_SPACE
+    alternatives = []
+    for i, spec in enumerate(first.values()):
+        root = bounded_arguments(spec, f"j{i}-", rules)
+        name = literal(json.dumps(spec.name, ensure_ascii=False))
+        arguments = f'"," jsp ("\\"arguments\\"" | "\\"parameters\\"") jsp ":" jsp {root}'
+        # Without arguments where the tool requires none ({"name": "ls"}).
+        optional = "?" if not _requires(spec) else ""
+        rules[f"jcall-{i}"] = f"{name} jsp ({arguments}){optional}"
+        alternatives.append(f"jcall-{i}")
+    rules["jcall"] = f'"{{" jsp "\\"name\\"" jsp ":" jsp ({" | ".join(alternatives)}) "}}" jsp'
+    # Calls one after another (Llama 3.2 puts a ";" between them), or a list.
+    rules["jsep"] = '[ \\t\\n]{0,2} (";" [ \\t\\n]{0,2})?'
+    more = f"{{0,{MAX_CALLS - 1}}}"
+    rules["jcalls"] = f'jcall (jsep jcall){more} | "[" jsp jcall ("," jsp jcall){more} "]" jsp'
+    rules["fenced"] = '"```" ("json" | "JSON")? jsp jcalls "```"'
+    return list(first)
+
+
+def _requires(spec: ToolSpec) -> bool:
+    required = spec.parameters.get("required") if isinstance(spec.parameters, dict) else None
+    return bool(required)
+
+
+def _marker(rules: dict[str, str]) -> str:
+    """The family's call marker: the fixed start of its call, up to the
+    first whitespace or brace (`<tool_call>`, `[TOOL_CALLS]`)."""
+    start = fixed_start(rules, "call")
+    return re.split(r"[\s{\"]", start, maxsplit=1)[0]
+
+
+def _escape(text: str) -> str:
+    """`text` as an ECMAScript regex matching it literally."""
+    return "".join("\\" + c if c in _SPECIAL else c for c in text)
+
+
+_SPECIAL = frozenset("\\^$.|?*+()[]{}/")

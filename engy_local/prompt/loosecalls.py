@@ -1,0 +1,247 @@
+"""Calls written outside the family's syntax, read as calls: the forms
+small tool-trained models write under tool_choice auto instead of their
+template's markers,
+
+    ```json\\n{"name": "get_weather", "arguments": {"city": "Paris"}}\\n```
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    [{"name": "a", "arguments": {}}, {"name": "b", "parameters": {}}]
+
+A JSON object (or a list of them) is a call when its "name" is an offered
+tool's and it stands bare or in a ```json fence; anything else stays text.
+`LooseCallParser` wraps a family's parser and reads these in the text that
+parser passes on: text that may still open such a call is held back until
+the name decides; a call's arguments come out whole once its object is
+complete (under the call grammar, autocall.py, it always completes); one
+cut short by the token limit is a call with its arguments repaired
+(jsonscan.repair_object), its name being already known. Calls the family
+parser reads are passed on, numbered with these in one sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection
+from typing import Any
+
+from ..chat import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from .jsonscan import repair_object
+from .toolparse import ToolParser, merged
+
+_FENCE = re.compile(r"```(?:json|JSON)?")
+_HEAD = re.compile(r'(```(?:json|JSON)?\s*)?(\[\s*)?\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_HELD = 256  # a candidate longer than this that has not opened a call is text
+
+
+def _could_open(text: str, tools: Collection[str]) -> bool:
+    """Whether `text`, which does not match _HEAD, is a start of a head
+    that more text may complete into a call to one of `tools`."""
+    if len(text) > _HELD:
+        return False
+    rest = text
+    for step in ("```", "json", "[", "{", '"name"', ":", '"'):
+        if step in ("```", "json", "["):  # optional
+            word = "JSON" if step == "json" and rest[:1] == "J" else step
+            if step == "json" and text[:1] != "`":
+                continue
+            if not rest.startswith(word[:1]):
+                continue
+        else:
+            word = step
+        if len(rest) < len(word):
+            return word.startswith(rest)
+        if not rest.startswith(word):
+            return False
+        rest = rest[len(word) :].lstrip()
+        if not rest:
+            return True
+    # inside the name: an offered tool's name may still come
+    return any(name.startswith(rest) for name in tools)
+
+
+class LooseCallParser:
+    def __init__(
+        self, inner: ToolParser, tools: Collection[str], new_id: Callable[[], str]
+    ) -> None:
+        # configuration
+        self._inner = inner
+        self._tools = frozenset(tools)
+        self._new_id = new_id
+        # state
+        self._buf = ""  # text the family parser passed on, not yet handled
+        self._call = ""  # a loose call's text from its head on ("" outside one)
+        self._name = ""  # the first call's name, from its head
+        self._after = False  # just after a call: whitespace is dropped
+        self._next = 0  # the next call's index
+        self._theirs: dict[int, int] = {}  # the family parser's call index -> ours
+
+    def feed(self, text: str) -> list[Event]:
+        return self._events(self._inner.feed(text), final=False)
+
+    def finish(self) -> list[Event]:
+        return self._events(self._inner.finish(), final=True)
+
+    def _events(self, events: list[Event], final: bool) -> list[Event]:
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, TextDelta):
+                self._buf += event.text
+                self._scan(out, final=False)
+                continue
+            if isinstance(event, (ToolCallStart, ToolCallDelta, ToolCallEnd)):
+                self._flush(out)
+                event = self._renumbered(event)
+            out.append(event)
+        if final:
+            self._scan(out, final=True)
+            if self._call:
+                self._cut(out)
+            self._flush(out)
+        return merged(out)
+
+    def _renumbered(self, event: ToolCallStart | ToolCallDelta | ToolCallEnd) -> Event:
+        if isinstance(event, ToolCallStart):
+            self._theirs[event.index] = self._take()
+            return ToolCallStart(self._theirs[event.index], event.id, event.name)
+        index = self._theirs.get(event.index, event.index)
+        if isinstance(event, ToolCallDelta):
+            return ToolCallDelta(index, event.arguments)
+        return ToolCallEnd(index, event.arguments)
+
+    def _take(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+    def _flush(self, out: list[Event]) -> None:
+        """Text held back goes out as it is (a family call comes next)."""
+        if self._call:
+            self._buf, self._call = self._call + self._buf, ""
+        if self._buf:
+            out.append(TextDelta(self._buf))
+        self._buf = ""
+
+    # -- text ---------------------------------------------------------------
+
+    def _scan(self, out: list[Event], final: bool) -> None:
+        while True:
+            if self._call:
+                self._call += self._buf
+                self._buf = ""
+                if not self._read_call(out, final):
+                    return
+                continue
+            if self._after:
+                self._buf = self._buf.lstrip()
+                self._after = not self._buf
+            start, hold = self._find(self._buf, final)
+            if start < 0:
+                keep = hold if hold >= 0 else len(self._buf)
+                if keep:
+                    out.append(TextDelta(self._buf[:keep]))
+                self._buf = self._buf[keep:]
+                return
+            before = self._buf[:start].rstrip()
+            if before:
+                out.append(TextDelta(before))
+            self._call, self._buf = self._buf[start:], ""
+
+    def _find(self, buf: str, final: bool) -> tuple[int, int]:
+        """(where a call to an offered tool opens in `buf`, -1: none; where
+        to hold back from when none does, -1: nothing held)."""
+        at = 0
+        while True:
+            found = [i for i in (buf.find("`", at), buf.find("{", at), buf.find("[", at)) if i >= 0]
+            if not found:
+                return -1, -1
+            i = min(found)
+            head = _HEAD.match(buf, i)
+            if head is not None:
+                name = _decoded(head[3])
+                if name in self._tools:
+                    self._name = name
+                    return i, -1
+            elif not final and _could_open(buf[i:], self._tools):
+                return -1, len(buf[:i].rstrip())  # and the whitespace before it
+            at = i + 1
+
+    # -- a call -------------------------------------------------------------
+
+    def _read_call(self, out: list[Event], final: bool) -> bool:
+        """Reads the loose call in `_call` when it is complete: its calls go
+        out, what follows is text again. False while more may complete it
+        (`final`: nothing more comes)."""
+        text = self._call
+        fence = _FENCE.match(text)
+        at = fence.end() if fence else 0
+        decoder = json.JSONDecoder()
+        values: list[Any] = []
+        while True:
+            at = _skip_space(text, at)
+            if values and not fence and text.startswith(";", at):  # {...};{...}
+                at = _skip_space(text, at + 1)
+            if fence and text.startswith("```", at):
+                at += 3
+                break
+            if at >= len(text) or (fence and "```".startswith(text[at:])):
+                if final and values:
+                    break
+                return False  # more to come: a call, the closing fence
+            if text[at] not in "{[":
+                break
+            try:
+                value, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                return False
+            values.append(value)
+        calls = [c for v in values for c in (v if isinstance(v, list) else [v])]
+        for call in calls:
+            self._emit(out, call)
+        self._call, self._buf, self._after = "", text[at:], True
+        return True
+
+    def _emit(self, out: list[Event], call: Any) -> None:
+        name = call.get("name") if isinstance(call, dict) else None
+        if not isinstance(name, str) or name not in self._tools:
+            out.append(TextDelta(json.dumps(call, ensure_ascii=False)))
+            return
+        arguments = call.get("arguments", call.get("parameters"))
+        if isinstance(arguments, str):
+            arguments = _object(repair_object(arguments))
+        text = json.dumps(arguments if isinstance(arguments, dict) else {}, ensure_ascii=False)
+        index = self._take()
+        out += [
+            ToolCallStart(index, self._new_id(), name),
+            ToolCallDelta(index, text),
+            ToolCallEnd(index, text),
+        ]
+
+    def _cut(self, out: list[Event]) -> None:
+        """A call the token limit cut short: its name is known (the head
+        named an offered tool), its arguments are repaired."""
+        start = self._call.find("{")
+        whole = _object(repair_object(self._call[start:]))
+        arguments = whole.get("arguments", whole.get("parameters"))
+        self._emit(out, {"name": self._name, "arguments": arguments})
+        self._call = ""
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
+def _decoded(literal: str) -> str | None:
+    try:
+        value = json.loads(f'"{literal}"')
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,163 @@
+"""The grammar a call follows once a model starts one under tool_choice auto
+(prompt/autocall.py): it compiles for every family with real clients' tools,
+accepts the family's calls and the JSON forms small models write (pretty
+printed too) and nothing else, and its triggers find where a call starts
+in the output and nowhere in prose."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+from collections.abc import Iterator
+
+import llama_cpp
+import pytest
+from support.grammar import CLIENTS, FIXTURES, Vocab, captured_tools
+
+from engy_local.chat import ToolSpec
+from engy_local.prompt.autocall import LazyGrammar, started_call_grammar
+from engy_local.prompt.families import get, registry
+from engy_local.prompt.forced import forced_call_grammar
+from engy_local.runtime.sampling import check_grammar
+
+WEATHER = ToolSpec(
+    "get_weather",
+    "",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+    },
+)
+PLAY = ToolSpec("play.song", "", {"type": "object", "properties": {"minutes": {"type": "number"}}})
+TOOLS = [WEATHER, PLAY]
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Iterator[Vocab]:
+    path = FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf"
+    if not path.is_file():
+        pytest.skip(f"vocab fixture not found: {path}")
+    yield Vocab(path)
+
+
+def lazy(family: str = "hermes", tools: list[ToolSpec] = TOOLS, after: str = "") -> LazyGrammar:
+    grammar = started_call_grammar(tools, get(family), after=after)
+    assert grammar is not None
+    return grammar
+
+
+@pytest.mark.parametrize("family", sorted(registry()))
+@pytest.mark.parametrize("request_file", CLIENTS[:2])
+def test_compiles_for_every_family_with_real_clients_tools(family: str, request_file: str) -> None:
+    grammar = lazy(family, captured_tools(request_file))
+    assert check_grammar(grammar.gbnf)
+    for trigger in grammar.triggers:
+        re.compile(trigger)  # Python's regexes read these patterns as ECMAScript's do
+
+
+def test_no_tools_no_grammar() -> None:
+    assert started_call_grammar([], get("hermes")) is None
+
+
+CALL = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+PRETTY = (
+    '{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris",\n    "days": 20\n  }\n}'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (f"<tool_call>\n{CALL}\n</tool_call>", True),
+        (f"<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n{CALL}\n</tool_call>", True),
+        (f"```json\n{CALL}\n```", True),
+        (f"```json\n{PRETTY}\n```", True),
+        (f"```\n{CALL}\n{CALL}\n```", True),
+        (CALL, True),
+        (PRETTY, True),
+        (f"[{CALL}, {CALL}]", True),
+        (f"{CALL};{CALL}", True),
+        ('{"name": "play.song", "parameters": {"minutes": 20}}', True),
+        ('{"name": "get_weather", "arguments": {"city": 7}}', False),  # a number for a string
+        ('{"name": "get_weather", "arguments": {}}', False),  # city is required
+        ('{"name": "rm", "arguments": {}}', False),
+        (f"```json\n{CALL}\n``` and more", False),
+        (f"```python\n{CALL}\n```", False),
+    ],
+)
+def test_accepts_the_calls_and_nothing_else(vocab: Vocab, text: str, ok: bool) -> None:
+    assert vocab.accepts(lazy().gbnf, text) is ok
+
+
+def test_a_pretty_printed_forced_call_keeps_its_values(vocab: Vocab) -> None:
+    """A model that wants a newline after `20` may write one (before, only a
+    space was allowed there, and it wrote more digits instead)."""
+    gbnf = forced_call_grammar([WEATHER])
+    args = '{\n  "city": "Paris",\n  "days": 20\n}'
+    assert vocab.accepts(
+        gbnf, f'<tool_call>\n{{"name": "get_weather", "arguments": {args}}}\n</tool_call>'
+    )
+
+
+def test_a_forced_call_may_be_several_where_parallel_calls_are_allowed(vocab: Vocab) -> None:
+    two = f"<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n{CALL}\n</tool_call>"
+    assert vocab.accepts(forced_call_grammar(TOOLS, parallel=True), two)
+    assert not vocab.accepts(forced_call_grammar(TOOLS), two)
+
+
+def start(grammar: LazyGrammar, output: str) -> int | None:
+    """Where llama.cpp starts applying the grammar in `output` (the first
+    non-empty group of the first trigger that matches), None: nowhere."""
+    for trigger in grammar.triggers:
+        m = re.search(trigger, output)
+        if m:
+            return next((m.start(i) for i in range(1, len(m.groups()) + 1) if m[i]), m.start())
+    return None
+
+
+@pytest.mark.parametrize(
+    ("output", "at"),
+    [
+        ("Sure.\n<tool_call>\n{", 6),
+        (f"I'll check.\n```json\n{CALL}", 12),
+        (f"```json\n[{CALL}", 0),
+        (f"Let me see: {CALL}", 12),
+        ('{\n  "name": "play.song"', 0),
+        # prose and other JSON: no call
+        ('Use {"name": "Paris"} in the config.', None),
+        ('{"city": "Paris"}', None),
+        ("```python\nprint(1)\n```", None),
+        ('{"name": "get_weathe', None),
+    ],
+)
+def test_triggers_find_where_a_call_starts(output: str, at: int | None) -> None:
+    assert start(lazy(), output) == at
+
+
+def test_a_call_inside_the_reasoning_the_prompt_opened_is_no_trigger() -> None:
+    grammar = lazy(after="</think>")
+    assert start(grammar, f"thinking of {CALL}") is None
+    assert start(grammar, f"thinking of {CALL}</think>\n\n{CALL}") is not None
+    assert grammar.words == ()
+    assert lazy().words == ("<tool_call>",)
+
+
+def test_names_are_matched_literally() -> None:
+    grammar = lazy()
+    assert start(grammar, '{"name": "playXsong"') is None
+    assert start(grammar, json.dumps({"name": "play.song"})[:-1]) == 0
+
+
+@pytest.mark.parametrize("family", sorted(registry()))
+def test_llama_cpp_takes_the_lazy_grammar_and_its_triggers(vocab: Vocab, family: str) -> None:
+    """std::regex compiles the triggers (a pattern it rejects would abort)."""
+    grammar = lazy(family, captured_tools(CLIENTS[0]))
+    patterns = (ctypes.c_char_p * len(grammar.triggers))(*(t.encode() for t in grammar.triggers))
+    none = (llama_cpp.llama_token * 1)()
+    sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        vocab.vocab, grammar.gbnf.encode(), b"root", patterns, len(patterns), none, 0
+    )
+    assert sampler
+    llama_cpp.llama_sampler_free(sampler)

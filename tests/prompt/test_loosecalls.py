@@ -1,0 +1,83 @@
+"""Calls small models write outside their family's syntax under tool_choice
+auto (a ```json fence, a bare JSON object or list naming an offered tool)
+are read as calls, at every split of the output; anything else stays text,
+and nothing is lost."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.parsing import Result, assert_parses, calls
+
+BMI = '{"name": "Bash", "arguments": {"command": "ls -la", "timeout": 20}}'
+BMI_ARGS = '{"command": "ls -la", "timeout": 20}'
+PRETTY = '{\n  "name": "Read",\n  "arguments": {\n    "file_path": "/a.py"\n  }\n}'
+
+ROWS = [
+    # the forms small models write
+    (f"```json\n{BMI}\n```", Result(calls=calls(("Bash", BMI_ARGS)))),
+    (BMI, Result(calls=calls(("Bash", BMI_ARGS)))),
+    (
+        f"I'll run it.\n\n```json\n{BMI}\n```",
+        Result("I'll run it.", calls=calls(("Bash", BMI_ARGS))),
+    ),
+    (f"```\n{PRETTY}\n```", Result(calls=calls(("Read", '{"file_path": "/a.py"}')))),
+    (
+        '[{"name": "Read", "arguments": {"file_path": "a"}}, '
+        '{"name": "Bash", "parameters": {"command": "b"}}]',
+        Result(calls=calls(("Read", '{"file_path": "a"}'), ("Bash", '{"command": "b"}'))),
+    ),
+    (
+        f"```json\n{BMI}\n{BMI}\n```",
+        Result(calls=calls(("Bash", BMI_ARGS), ("Bash", BMI_ARGS))),
+    ),
+    # one after another, as Llama 3.2 writes them
+    (
+        '{"name": "Read", "parameters": {"file_path": "a"}};{"name": "Bash", "parameters": {}}',
+        Result(calls=calls(("Read", '{"file_path": "a"}'), ("Bash", "{}"))),
+    ),
+    # arguments given as a JSON string
+    (
+        '{"name": "Bash", "arguments": "{\\"command\\": \\"pwd\\"}"}',
+        Result(calls=calls(("Bash", '{"command": "pwd"}'))),
+    ),
+    # the family's own calls beside them, numbered in one sequence
+    (
+        f'<tool_call>\n{{"name": "Read", "arguments": {{}}}}\n</tool_call>\n{BMI}',
+        Result(calls=calls(("Read", "{}"), ("Bash", BMI_ARGS))),
+    ),
+    # text: JSON that is not a call to an offered tool, braces in prose
+    ('```json\n{"name": "rm_rf", "arguments": {}}\n```', None),
+    ('{"name": "Bash2", "arguments": {}}', None),
+    ('Use {"key": 1} or [1, 2] in the config; {name} too.', None),
+    ("```python\nprint('{')\n```", None),
+    ("[", None),
+    # cut by the token limit after the name: a call, arguments repaired
+    ('```json\n{"name": "Bash", "arguments": {"command": "ls', None),
+]
+
+
+@pytest.mark.parametrize(("output", "expected"), ROWS, ids=[r[0][:40] for r in ROWS])
+def test_loose_calls(output: str, expected: Result | None) -> None:
+    if expected is None and output.endswith('"ls'):
+        expected = Result(calls=calls(("Bash", '{"command": "ls"}')))
+    elif expected is None:
+        expected = Result(text=output)
+    assert_parses(output, expected, loose=True)
+
+
+def test_without_the_wrapper_a_fenced_call_is_text() -> None:
+    text = f"```json\n{BMI}\n```"
+    assert_parses(text, Result(text=text))
+
+
+def test_text_after_a_loose_call_is_text() -> None:
+    assert_parses(f"{BMI}\n\nDone.", Result("Done.", calls=calls(("Bash", BMI_ARGS))), loose=True)
+
+
+def test_every_value_survives() -> None:
+    arguments = {"command": 'echo "}{" \\n \u00e9', "n": [1, 2.5, None], "o": {"a": True}}
+    call = json.dumps({"name": "Bash", "arguments": arguments}, ensure_ascii=False)
+    got = calls(("Bash", json.dumps(arguments, ensure_ascii=False)))
+    assert_parses(f"```json\n{call}\n```", Result(calls=got), loose=True)
