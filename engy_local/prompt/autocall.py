@@ -24,6 +24,7 @@ from ..chat import ToolSpec
 from .families import Family
 from .forced import MAX_CALLS, bounded_arguments, call_rules, grammar_text
 from .gbnf import fixed_start, literal
+from .loosecalls import spellings
 from .schema import JSON_SPACE
 
 
@@ -84,19 +85,20 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
     alternatives = []
     for i, spec in enumerate(first.values()):
         root = bounded_arguments(spec, f"j{i}-", rules)
-        name = literal(json.dumps(spec.name, ensure_ascii=False))
+        name = " | ".join(literal(json.dumps(n, ensure_ascii=False)) for n in spellings(spec.name))
         arguments = f'"," jsp ("\\"arguments\\"" | "\\"parameters\\"") jsp ":" jsp {root}'
         # Without arguments where the tool requires none ({"name": "ls"}).
         optional = "?" if not _requires(spec) else ""
-        rules[f"jcall-{i}"] = f"{name} jsp ({arguments}){optional}"
+        rules[f"jcall-{i}"] = f"({name}) jsp ({arguments}){optional}"
         alternatives.append(f"jcall-{i}")
     rules["jcall"] = f'"{{" jsp "\\"name\\"" jsp ":" jsp ({" | ".join(alternatives)}) "}}" jsp'
     # Calls one after another (Llama 3.2 puts a ";" between them), or a list.
     rules["jsep"] = '[ \\t\\n]{0,2} (";" [ \\t\\n]{0,2})?'
     more = f"{{0,{MAX_CALLS - 1}}}"
     rules["jcalls"] = f'jcall (jsep jcall){more} | "[" jsp jcall ("," jsp jcall){more} "]" jsp'
-    rules["fenced"] = '"```" ("json" | "JSON")? jsp jcalls "```"'
-    return list(first)
+    rules["fence"] = '"```" ("json" | "JSON")? jsp jcalls "```"'
+    rules["fenced"] = f"fence ([ \\t\\n]{{0,3}} fence){more}"
+    return [n for name in first for n in spellings(name)]
 
 
 def _requires(spec: ToolSpec) -> bool:

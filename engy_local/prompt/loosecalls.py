@@ -59,13 +59,24 @@ def _could_open(text: str, tools: Collection[str]) -> bool:
     return any(name.startswith(rest) for name in tools)
 
 
+def spellings(name: str) -> list[str]:
+    """`name` and the spellings a model may write for it: a tool offered as
+    `math_factorial` whose description or question says `math.factorial`
+    (one "_" written as "."). At most 8."""
+    out = [name]
+    for i, c in enumerate(name):
+        if c == "_" and 0 < i < len(name) - 1 and len(out) < 8:
+            out.append(f"{name[:i]}.{name[i + 1 :]}")
+    return out
+
+
 class LooseCallParser:
     def __init__(
         self, inner: ToolParser, tools: Collection[str], new_id: Callable[[], str]
     ) -> None:
         # configuration
         self._inner = inner
-        self._tools = frozenset(tools)
+        self._tools = {spelled: name for name in tools for spelled in spellings(name)}
         self._new_id = new_id
         # state
         self._buf = ""  # text the family parser passed on, not yet handled
@@ -102,7 +113,8 @@ class LooseCallParser:
     def _renumbered(self, event: ToolCallStart | ToolCallDelta | ToolCallEnd) -> Event:
         if isinstance(event, ToolCallStart):
             self._theirs[event.index] = self._take()
-            return ToolCallStart(self._theirs[event.index], event.id, event.name)
+            name = self._tools.get(event.name, event.name)  # the offered spelling
+            return ToolCallStart(self._theirs[event.index], event.id, name)
         index = self._theirs.get(event.index, event.index)
         if isinstance(event, ToolCallDelta):
             return ToolCallDelta(index, event.arguments)
@@ -156,8 +168,8 @@ class LooseCallParser:
             i = min(found)
             head = _HEAD.match(buf, i)
             if head is not None:
-                name = _decoded(head[3])
-                if name in self._tools:
+                name = self._tools.get(_decoded(head[3]) or "")
+                if name is not None:
                     self._name = name
                     return i, -1
             elif not final and _could_open(buf[i:], self._tools):
@@ -200,8 +212,9 @@ class LooseCallParser:
         return True
 
     def _emit(self, out: list[Event], call: Any) -> None:
-        name = call.get("name") if isinstance(call, dict) else None
-        if not isinstance(name, str) or name not in self._tools:
+        written = call.get("name") if isinstance(call, dict) else None
+        name = self._tools.get(written) if isinstance(written, str) else None
+        if name is None:
             out.append(TextDelta(json.dumps(call, ensure_ascii=False)))
             return
         arguments = call.get("arguments", call.get("parameters"))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chat import Image, Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
+from .jsonscan import repair_object
 
 PARAGRAPH = "\n\n"
 
@@ -275,14 +276,16 @@ def _assistant(
 
 def _arguments(text: str) -> dict[str, Any] | str:
     """Templates walk arguments as a mapping (most re-serialize it with
-    `tojson`, keeping the key order); text that is not a JSON object is
-    passed through as it came."""
+    `tojson`, keeping the key order). Broken JSON (a call cut short, or
+    written by hand) is repaired to the object it started, so that the
+    history renders again; JSON that is not an object is passed through."""
     if not text.strip():
         return {}
     try:
         value = json.loads(text)
     except ValueError:
-        return text
+        repaired: dict[str, Any] = json.loads(repair_object(text))
+        return repaired
     return value if isinstance(value, dict) else text
 
 

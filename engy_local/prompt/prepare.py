@@ -20,7 +20,7 @@ from .forced import forced_call_grammar, json_answer_grammar
 from .gbnf import fixed_start
 from .images import PlacedImages, image_placeholder, images_of, place_images
 from .layout import first_token_at, layout, token_offsets
-from .loosecalls import LooseCallParser
+from .loosecalls import LooseCallParser, spellings
 from .messages import ImageSlots, to_template_messages, to_template_tools
 from .template import ChatTemplate
 from .toolparse import ForcedCallParser, ToolParser
@@ -275,10 +275,15 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     parser_class = family.parser
 
     def new_parser() -> ToolParser:
-        parser = parser_class(tools=names, thinking=in_thinking, new_id=new_call_id)
-        if forced:
-            return ForcedCallParser(parser, list(names), new_call_id)
-        return LooseCallParser(parser, names, new_call_id) if names else parser
+        if forced or not names:
+            parser = parser_class(tools=names, thinking=in_thinking, new_id=new_call_id)
+            return ForcedCallParser(parser, list(names), new_call_id) if forced else parser
+        # Under auto the call grammar lets a tool be named as a model may
+        # spell it (math.factorial for math_factorial); the family parser
+        # reads those too, and LooseCallParser gives the offered name back.
+        spelled = {s: schema for name, schema in names.items() for s in spellings(name)}
+        parser = parser_class(tools=spelled, thinking=in_thinking, new_id=new_call_id)
+        return LooseCallParser(parser, names, new_call_id)
 
     s = request.sampling
     params = SamplingParams(

@@ -79,6 +79,8 @@ class Sampler:
             data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False
         )
         self.resampled = 0  # tokens the grammar rejected (for the bench)
+        self.model = model
+        self._after_digit = False  # the last token ended in a digit
 
     def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
         """The next token from the logits of batch position `index`."""
@@ -87,8 +89,10 @@ class Sampler:
             return token
         if not self._allowed(token):
             self.resampled += 1
-            token = self._sample_constrained(ctx, index)
+            ended = self._after_digit and not self.model.piece(token)[:1].isdigit()
+            token = self._sample_constrained(ctx, index, no_digits=ended)
         llama_cpp.llama_sampler_accept(self.grammar, token)
+        self._after_digit = self.model.piece(token)[-1:].isdigit()
         return token
 
     def accept(self, token: int) -> None:
@@ -107,7 +111,13 @@ class Sampler:
         llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(self._one_array))
         return bool(np.isfinite(self._one.logit))
 
-    def _sample_constrained(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+    def _sample_constrained(
+        self, ctx: llama_cpp.llama_context_p, index: int, no_digits: bool = False
+    ) -> int:
+        """A token the grammar allows. `no_digits`: the model wanted to end
+        the number it was writing with something the grammar does not take
+        there (a ","), so the number ends: a digit would only make it longer
+        (`20` became 2000000000000000 at the digit cap)."""
         logits = llama_cpp.llama_get_logits_ith(ctx, index)
         data = np.empty(self.n_vocab, dtype=_TOKEN_DATA)
         data["id"] = np.arange(self.n_vocab, dtype=np.int32)
@@ -120,6 +130,10 @@ class Sampler:
             sorted=False,
         )
         llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        if no_digits:
+            digits = self.model.digit_tokens()
+            if np.isfinite(data["logit"][~digits]).any():
+                data["logit"][digits] = -np.inf
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(array))
         if not 0 <= array.selected < array.size:
             raise ServerError("the tool-call grammar allows no token here")

@@ -79,6 +79,7 @@ PRETTY = (
         (PRETTY, True),
         (f"[{CALL}, {CALL}]", True),
         (f"{CALL};{CALL}", True),
+        ('{"name": "get.weather", "arguments": {"city": "Rome"}}', True),  # spelled so
         ('{"name": "play.song", "parameters": {"minutes": 20}}', True),
         ('{"name": "get_weather", "arguments": {"city": 7}}', False),  # a number for a string
         ('{"name": "get_weather", "arguments": {}}', False),  # city is required

@@ -37,6 +37,8 @@ ROWS = [
         '{"name": "Read", "parameters": {"file_path": "a"}};{"name": "Bash", "parameters": {}}',
         Result(calls=calls(("Read", '{"file_path": "a"}'), ("Bash", "{}"))),
     ),
+    # a name as the model spelled it: the offered one comes out
+    ('{"name": "get.goal", "arguments": {}}', Result(calls=calls(("get_goal", "{}")))),
     # arguments given as a JSON string
     (
         '{"name": "Bash", "arguments": "{\\"command\\": \\"pwd\\"}"}',

@@ -150,8 +150,13 @@ CONVERSION = [
         [a("hi", reasoning_content="hmm")],
     ),
     (
-        "arguments that are not a JSON object stay text",
-        assistant("", ToolCall("c", "f", "[1, 2]"), ToolCall("d", "g", "{oops")),
+        "JSON that is not an object stays text; broken JSON is the object it started",
+        assistant(
+            "",
+            ToolCall("c", "f", "[1, 2]"),
+            ToolCall("d", "g", "{oops"),
+            ToolCall("e", "h", '{"a": "b'),
+        ),
         [
             a(
                 tool_calls=[
@@ -160,10 +165,11 @@ CONVERSION = [
                         "type": "function",
                         "function": {"name": "f", "arguments": "[1, 2]"},
                     },
+                    {"id": "d", "type": "function", "function": {"name": "g", "arguments": {}}},
                     {
-                        "id": "d",
+                        "id": "e",
                         "type": "function",
-                        "function": {"name": "g", "arguments": "{oops"},
+                        "function": {"name": "h", "arguments": {"a": "b"}},
                     },
                 ]
             )
