@@ -147,15 +147,18 @@ def fit_window(fp: Footprint, parallel: int, budget: int) -> int:
     return window
 
 
-def check_fits(fp: Footprint, window: int, parallel: int, budget: int, kv_types: str) -> None:
+def check_fits(
+    fp: Footprint, window: int, parallel: int, budget: int, kv_types: str, cache_ram: int = 0
+) -> None:
     """An explicit window whose KV cache cannot fit the budget beside the
-    weights, refused before llama.cpp tries to allocate it."""
+    weights, refused before llama.cpp tries to allocate it (with what
+    --ctx-size auto would give, which leaves `cache_ram` for the RAM cache)."""
     need = fp.total(window, parallel)
     if need <= budget:
         return
     fitting = ""
     with contextlib.suppress(DoesNotFit):
-        fitting = f" (--ctx-size auto would give {fit_window(fp, parallel, budget)})"
+        fitting = f" (--ctx-size auto would give {fit_window(fp, parallel, budget - cache_ram)})"
     raise DoesNotFit(
         f"--ctx-size {window} x {parallel} conversations needs {_gib(fp.kv(window, parallel))} "
         f"of KV cache ({kv_types}) beside {_gib(fp.weights)} of weights: more than the memory "

@@ -249,7 +249,7 @@ class ModelPool:
             self._fitted[served.id] = window
             return replace(served, options=replace(options, ctx_size=window, ctx_auto=False))
         window = min(fp.trained, options.ctx_size) if options.ctx_size else fp.trained
-        check_fits(fp, window, options.parallel, self.memory_budget, types)
+        check_fits(fp, window, options.parallel, self.memory_budget, types, options.cache_ram)
         return served
 
     def _tier(self, model: Model) -> DiskTier | None:
