@@ -1,0 +1,102 @@
+"""KV cache types: prefill and decode with f16, q8_0 and q4_0 caches, engy
+beside llama-server with the same -ctk/-ctv, and the KV memory each
+allocated (llama.cpp's own `llama_kv_cache: size`: engy ps, llama-server's log).
+
+    LLAMA_SERVER=$(bench/build_llama_server.sh) .venv/bin/python bench/kvtypes.py \\
+        --model ~/.cache/engy/real-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+
+Both servers get one sequence of --ctx-size tokens, flash attention on (a
+quantized V needs it; f16 runs with it too, so the types compare alone) and
+the same threads; each type starts a fresh pair, the servers taking turns.
+Per type: the median of --rounds rounds of a prompt of --prompt tokens that
+nothing has cached (prefill tokens/s), then --decode tokens of free text
+(decode tokens/s). Not a test and not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import statistics
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from bench import Server, ask_engy, ask_llama, free_port, start_engy, system_prompt
+
+TYPES = ("f16", "q8_0", "q4_0")
+STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
+_KV = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB")
+
+
+def kv_mib(log: Path) -> float:
+    return sum(float(m[1]) for m in _KV.finditer(log.read_text(errors="replace")))
+
+
+def measure(server: Server, engy: bool, args: argparse.Namespace) -> dict[str, float]:
+    ask = ask_engy(server.url) if engy else ask_llama(server.url)
+    prefill, decode = [], []
+    for _ in range(args.rounds):
+        seed = random.randrange(1 << 30)  # nothing cached
+        run, _ = ask(system_prompt(args.prompt, seed), STORY, 1, {})
+        prefill.append(run.prefill)
+        run, _ = ask(
+            "", [{"role": "user", "content": f"{seed}: " + STORY[0]["content"]}], args.decode, {}
+        )
+        decode.append(run.decode)
+    return {"prefill tok/s": statistics.median(prefill), "decode tok/s": statistics.median(decode)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--ctx-size", type=int, default=16384)
+    parser.add_argument("--prompt", type=int, default=3000, help="prompt tokens (about)")
+    parser.add_argument("--decode", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+    binary = os.environ.get("LLAMA_SERVER")
+    logs = Path(tempfile.mkdtemp(prefix="kvtypes-"))
+    rows: list[tuple[str, str, float, float | None]] = []
+    for kv in TYPES:
+        types = ["--cache-type-k", kv, "--cache-type-v", kv]
+        figures: list[dict[str, float]] = []
+        for engy in (True, False) if binary else (True,):
+            if engy:
+                server = start_engy(
+                    args.model, args.threads, logs, "--ctx-size", str(args.ctx_size),
+                    "--parallel", "1", "--flash-attn", "on", "--speculative", "off", *types,
+                )  # fmt: skip
+            else:
+                assert binary is not None
+                port = free_port()
+                cmd = [binary, "-m", str(args.model), "--host", "127.0.0.1", "--port", str(port)]
+                cmd += ["-t", str(args.threads), "-c", str(args.ctx_size), "--parallel", "1"]
+                cmd += ["-fa", "on", "--jinja", "-lv", "4", *types]  # -lv 4: its KV size line
+                server = Server("llama-server", cmd, port, "/health", logs / f"llama-{port}.log")
+            try:
+                got = measure(server, engy, args)
+                if engy:  # llama.cpp's own figure, as engy ps shows it
+                    status = httpx.get(server.url + "/engy/ps").json()["models"][0]
+                    got["KV MiB"] = status["kv_bytes"] / (1 << 20)
+            finally:
+                server.stop()
+            if not engy:
+                got["KV MiB"] = kv_mib(server.log)
+            figures.append(got)
+        for metric in ("prefill tok/s", "decode tok/s", "KV MiB"):
+            rows.append((kv, metric, figures[0][metric], figures[1][metric] if binary else None))
+    print(f"model {args.model.name}, window {args.ctx_size}, {args.threads} threads")
+    print(f"{'type':6}  {'metric':14}  {'engy':>9}  {'llama-server':>12}  engy/llama")
+    for kv, metric, a, b in rows:
+        ratio = f"{a / b:.2f}" if b else "-"
+        other = f"{b:12.1f}" if b is not None else f"{'-':>12}"
+        print(f"{kv:6}  {metric:14}  {a:9.1f}  {other}  {ratio}")
+
+
+if __name__ == "__main__":
+    main()
