@@ -185,7 +185,7 @@ class LooseCallParser:
         text = self._call
         fence = _FENCE.match(text)
         at = fence.end() if fence else 0
-        decoder = json.JSONDecoder()
+        decoder = json.JSONDecoder(strict=False)  # raw newlines in strings: code
         values: list[Any] = []
         while True:
             at = _skip_space(text, at)

@@ -50,8 +50,10 @@ _SHAPE = frozenset(
     {"type", "properties", "additionalProperties", "items", "prefixItems", "enum", "const"}
     | {"anyOf", "oneOf", "allOf", "$ref"}
 )
-# A JSON string character: not a quote, backslash or control character, or an escape.
-JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
+# A JSON string character: not a quote, backslash or control character, or an
+# escape; or a raw newline, tab or carriage return, which models write in code
+# (the parsers send them escaped: the client gets valid JSON).
+JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) | [\t\n\r]'
 
 
 @dataclass(frozen=True)

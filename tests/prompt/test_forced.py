@@ -112,7 +112,7 @@ def call(name: str, args: str) -> str:
         (call("Bash", '{"command": "ls", "extra": 1}'), False),  # no other keys
         (call("Bash", '{"command": "ls", "mode": "slow"}'), False),  # not in the enum
         (call("Bash", '{"command": 5}'), False),
-        (call("Bash", '{"command": "a\nb"}'), False),  # raw newline in a string
+        (call("Bash", '{"command": "a\nb"}'), True),  # a raw newline in a string: sent escaped
         (call("Read", '{"paths": ["/a", "/b", "/c"]}'), False),  # maxItems
         (call("Write", '{"command": "ls"}'), False),  # not offered
         ("Sure! " + call("Bash", '{"command": "ls"}'), False),
