@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
-import numpy as np
 
 from ..errors import ModelLoadError, NotGGUF
 from ..models.ggufmeta import read_metadata, trained_context
@@ -78,8 +77,6 @@ class Tokens:
     for the model and for a vocabulary loaded alone (vocab.py)."""
 
     _vocab: llama_cpp.llama_vocab_p
-    _digits: np.ndarray | None = None
-    n_vocab: int
     add_bos: bool
     bos_text: str
 
@@ -91,13 +88,6 @@ class Tokens:
 
     def piece(self, token: int) -> bytes:
         return token_piece(self._vocab, token)
-
-    def digit_tokens(self) -> np.ndarray:
-        """Which tokens start with a digit (a bool per token), read once."""
-        if self._digits is None:
-            firsts = [self.piece(t)[:1] for t in range(self.n_vocab)]
-            self._digits = np.array([f.isdigit() for f in firsts], dtype=bool)
-        return self._digits
 
     def marker_tokens(self, text: str) -> list[int]:
         """The tokens of a marker text, special tokens read as such, no BOS."""

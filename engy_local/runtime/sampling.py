@@ -131,13 +131,21 @@ class Sampler:
         )
         llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(array))
         if no_digits:
-            digits = self.model.digit_tokens()
-            if np.isfinite(data["logit"][~digits]).any():
-                data["logit"][digits] = -np.inf
+            self._end_number(data)
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(array))
         if not 0 <= array.selected < array.size:
             raise ServerError("the tool-call grammar allows no token here")
         return int(data["id"][array.selected])
+
+    def _end_number(self, data: np.ndarray) -> None:
+        """Rules out the allowed tokens that start with a digit, where others
+        are allowed (after a digit the grammar allows few tokens)."""
+        allowed = np.flatnonzero(np.isfinite(data["logit"]))
+        if len(allowed) > 4096:
+            return
+        digits = [int(t) for t in allowed if self.model.piece(int(t))[:1].isdigit()]
+        if 0 < len(digits) < len(allowed):
+            data["logit"][digits] = -np.inf
 
     def close(self) -> None:
         if self.grammar:
