@@ -54,13 +54,19 @@ class StopScanner:
 class TokenText:
     """The text of one generation, token by token. `max_tokens`: the
     generation ends with "length" at that many tokens (None: whoever runs
-    the tokens enforces it, as an upstream does)."""
+    the tokens enforces it, as an upstream does). `ends`: tokens that end it
+    as the vocabulary's end tokens do."""
 
     def __init__(
-        self, vocab: Pieces, stops: tuple[str, ...], max_tokens: int | None = None
+        self,
+        vocab: Pieces,
+        stops: tuple[str, ...],
+        max_tokens: int | None = None,
+        ends: tuple[int, ...] = (),
     ) -> None:
         self.vocab = vocab
         self.max_tokens = max_tokens
+        self.ends = frozenset(ends)
         self.produced = 0  # ids seen (the end token counts, as hosted APIs count it)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._stops = StopScanner(stops)
@@ -74,7 +80,7 @@ class TokenText:
         """The text `token` releases, and why generation ends with it, if
         it does."""
         self.produced += 1
-        if self.vocab.is_end(token):
+        if self.vocab.is_end(token) or token in self.ends:
             return self.flush(), "end"
         text, end = self.push_text(self._decoder.decode(self.vocab.piece(token)))
         if end is None and self.max_tokens is not None and self.produced >= self.max_tokens:

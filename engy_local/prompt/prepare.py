@@ -46,6 +46,9 @@ class SamplingParams:
     triggers: tuple[str, ...] = ()
     trigger_words: tuple[str, ...] = ()
     seed: int | None = None  # None: a random one
+    # Tokens that end the answer besides the vocabulary's own end tokens: the
+    # template's turn marker (a small model may open a new turn instead).
+    ends: tuple[int, ...] = ()
 
 
 class Media(Protocol):
@@ -180,6 +183,17 @@ def _switches(model: PromptModel, request: ChatRequest, forced: bool) -> dict[st
     return extra
 
 
+def turn_ends(model: PromptModel) -> tuple[int, ...]:
+    """The template's turn marker as the one token it is (none where the
+    family's answers span turns, or the marker is not a single token)."""
+    marker = model.template.turn_marker
+    if not marker or model.family.answer_spans_turns:
+        return ()
+    tokens = model.tokenize(marker)
+    ends = tuple(t for t in tokens if model.piece(t) == marker.encode("utf-8"))
+    return ends if len(ends) == 1 and len(tokens) <= 2 else ()
+
+
 def answer_start(model: PromptModel, request: ChatRequest, text: str, offsets: np.ndarray) -> int:
     """The token where the answer to this prompt would begin once the next
     turn renders it as a message: the prompt's end, less what the
@@ -296,6 +310,7 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         triggers=lazy.triggers if lazy is not None else (),
         trigger_words=lazy.words if lazy is not None else (),
         seed=s.seed,
+        ends=turn_ends(model),
     )
     offsets = token_offsets(tokens, model)
     parts = layout(text, request.messages, tools)

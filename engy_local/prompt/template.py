@@ -245,6 +245,7 @@ class ChatTemplate:
         self._reads = frozenset(jinja2.meta.find_undeclared_variables(ast))
         self._probed: Quirks | TemplateLimitHit | None = None
         self._openings: dict[str, str] = {}
+        self._turn_marker: str | None = None
 
     @property
     def supports_tools(self) -> bool:
@@ -330,6 +331,32 @@ class ChatTemplate:
             n = next((i for i, (a, b) in pairs if a != b), min(len(prompt), len(done)))
             self._openings[key] = prompt[n:] if done[n:].startswith("ANSWER") else ""
         return self._openings[key]
+
+    @property
+    def turn_marker(self) -> str:
+        """The marker that opens every turn, the user's and the assistant's
+        alike (ChatML's <|im_start|>, Gemma's <start_of_turn>): the longest
+        start of the generation prompt that also stands before the user's
+        message, in the shape of a special token (<...>). A model that
+        writes it has begun a turn that is not its own. "" where the
+        template has none, or the probe does not render."""
+        if self._turn_marker is None:
+            asked = [{"role": "user", "content": "QPROBE"}]
+            try:
+                prompt = self.render(asked, add_generation_prompt=True)
+                done = self.render(asked, add_generation_prompt=False)
+            except EngyError:
+                prompt = done = ""
+            generation = prompt[len(done) :] if prompt.startswith(done) else ""
+            header = done[: done.find("QPROBE")] if "QPROBE" in done else ""
+            found = ""
+            for n in range(len(generation), 2, -1):
+                if generation[:n] in header:
+                    found = generation[:n]
+                    break
+            shaped = found.startswith("<") and found.endswith(">") and found.strip() == found
+            self._turn_marker = found if shaped else ""
+        return self._turn_marker
 
     @property
     def quirks(self) -> Quirks:

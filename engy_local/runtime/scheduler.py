@@ -188,7 +188,7 @@ class Scheduler:
         miss = self.prefixes.missed(job.where, len(prompt), known, usable(known), reuse)
         slot.busy = True
         slot.used = next(self._clock)
-        text = TokenText(self.model, job.params.stop, job.params.max_tokens)
+        text = TokenText(self.model, job.params.stop, job.params.max_tokens, job.params.ends)
         answer = AnswerAssembler(job.parser, job.single_call)
         drafter = Drafter(prompt) if self.gate is not None else None
         running = Running(job, slot, sampler, text, answer, reuse, media, miss=miss)
@@ -278,7 +278,7 @@ class Scheduler:
         r.job.emit(None)
         read = len(r.slot.held)
         r.job, r.sampler, r.cached, r.miss = job, sampler, read, ""
-        r.text = TokenText(self.model, job.params.stop, job.params.max_tokens)
+        r.text = TokenText(self.model, job.params.stop, job.params.max_tokens, job.params.ends)
         r.answer = AnswerAssembler(job.parser, job.single_call)
         r.t_start = time.monotonic()
         log.info("seq %d: a resent prompt takes over its read (%d tokens in)", r.slot.id, read)

@@ -600,3 +600,24 @@ def test_prompt_prefix_is_stable_across_turns() -> None:
         prompt = render(template, conversation, add_generation_prompt=False)
         assert prompt.startswith(previous)
         previous = prompt
+
+
+# ---- the turn marker: a model that writes it has begun another turn ------------
+
+
+@pytest.mark.parametrize(
+    ("name", "marker"),
+    [
+        ("Qwen-Qwen2.5-7B-Instruct", "<|im_start|>"),
+        ("google-gemma-2-2b-it", "<start_of_turn>"),
+        ("meta-llama-Llama-3.1-8B-Instruct", "<|start_header_id|>"),
+        ("ibm-granite-granite-3.3-2B-Instruct", "<|start_of_role|>"),
+        ("openai-gpt-oss-120b", "<|start|>"),  # its family keeps it: answers span turns
+        # No marker before both the user's and the assistant's turn.
+        ("mistralai-Mistral-Nemo-Instruct-2407", ""),
+        ("microsoft-Phi-3.5-mini-instruct", ""),
+        ("deepseek-ai-DeepSeek-V3.1", ""),
+    ],
+)
+def test_turn_marker(name: str, marker: str) -> None:
+    assert fixture(name).turn_marker == marker

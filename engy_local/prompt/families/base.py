@@ -38,3 +38,6 @@ class Family:
     # (Hermes' <tool_call> ... </tool_call>): under tool_choice auto the
     # object inside may be written as freely as JSON allows (autocall.py).
     json_call: tuple[str, str] | None = None
+    # The model's answer is several messages, each opened with the template's
+    # turn marker (Harmony's <|start|>assistant): that marker does not end it.
+    answer_spans_turns: bool = False

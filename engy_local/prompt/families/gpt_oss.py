@@ -363,4 +363,5 @@ FAMILY = Family(
     call_rules=call_rules,
     thinking=thinking,
     reasoning_end="<|end|>",
+    answer_spans_turns=True,
 )
