@@ -65,12 +65,17 @@ def started_call_grammar(
     # so its whitespace is the grammar's own (`jsp`).
     alternation = "|".join(_escape(json.dumps(n, ensure_ascii=False)[1:-1]) for n in names)
     ws = r"(?: |\n[ \t]{0,40})?"
-    head = rf'(?:\[{ws})?\{{{ws}"name"{ws}:{ws}"(?:{alternation})"'
+    opened = rf'(?:\[{ws})?\{{{ws}"name"{ws}:{ws}"'
+    head = rf'{opened}(?:{alternation})"'
     lead = _escape(after) + r"[\s\S]*?" if after else ""
     triggers = []
     if marker:
         triggers.append(f"{lead}({_escape(marker)})")
-    triggers += [f"{lead}(```(?:json|JSON)?{ws}{head})", f"{lead}({head})"]
+    # A fence opening an object with a "name" is a call from there on: the
+    # grammar picks the name among the tools (a 0.5B model wrote the file it
+    # meant to make as the name, with Write's arguments). A bare object is a
+    # call only once it names a tool: JSON in prose may have a "name" too.
+    triggers += [f"{lead}(```(?:json|JSON)?{ws}{opened})", f"{lead}({head})"]
     return LazyGrammar(gbnf, tuple(triggers), (marker,) if marker and not after else ())
 
 

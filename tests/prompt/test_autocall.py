@@ -126,6 +126,9 @@ def start(grammar: LazyGrammar, output: str) -> int | None:
         (f"```json\n[{CALL}", 0),
         (f"Let me see: {CALL}", 12),
         ('{\n  "name": "play.song"', 0),
+        # A fenced object with a name is a call whatever it names: the grammar
+        # makes the name an offered tool's.
+        ('Here:\n```json\n{\n  "name": "proof.txt"', 6),
         # prose and other JSON: no call
         ('Use {"name": "Paris"} in the config.', None),
         ('{"city": "Paris"}', None),
