@@ -22,6 +22,7 @@ from .options import (
     Mmproj,
     ModelArg,
     Rpc,
+    Temp,
     Threads,
     Url,
     console,
@@ -228,6 +229,7 @@ def launch(
         typer.Option("--small-model", help="Claude Code: the model for haiku and subagents"),
     ] = None,
     ctx_size: CtxWindow = "32768",
+    temp: Temp = None,
 ) -> None:
     """Run Claude Code or Codex on a local model: `engy launch claude [MODEL] [-- ARGS]`."""
     from .launch import LaunchOptions
@@ -245,7 +247,7 @@ def launch(
         api_key=api_key or None,
         keep=keep,
         small_model=small_model,
-        serve_args=["--ctx-size", ctx_size],
+        serve_args=["--ctx-size", ctx_size, *(["--temp", str(temp)] if temp is not None else [])],
     )
     with one_line_errors():
         code = run_launch(options, console)

@@ -104,6 +104,17 @@ GpuLayers = Annotated[
         rich_help_panel=MODEL,
     ),
 ]
+Temp = Annotated[
+    Optional[float],
+    typer.Option(
+        "--temp",
+        help="Temperature for requests that set none (Claude Code and Codex send none; "
+        "default 0.8)",
+        rich_help_panel=MODEL,
+        min=0,
+        max=2,
+    ),
+]
 Threads = Annotated[
     int, typer.Option("--threads", help="CPU threads (0: all cores)", rich_help_panel=MODEL)
 ]

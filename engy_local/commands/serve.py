@@ -26,6 +26,7 @@ from .options import (
     Port,
     Rpc,
     ServerKey,
+    Temp,
     Threads,
     Verbose,
     console,
@@ -80,6 +81,7 @@ def serve(
     max_output_tokens: Annotated[
         int, _opt("Cap on output tokens per request, on every endpoint", MODEL)
     ] = 8192,
+    temp: Temp = None,
     memory_budget: Annotated[
         float, _opt("GiB the loaded models may take (0: 80% of RAM)", MODEL, min=0)
     ] = 0,
@@ -222,6 +224,7 @@ def serve(
             shutdown_grace=shutdown_grace,
             timeout=timeout or None,
             max_output_tokens=max_output_tokens,
+            temperature=temp,
             queue_size=queue_size,
             memory_budget=int(memory_budget * (1 << 30)) or None,
             keep_alive=keep_alive or None,

@@ -13,7 +13,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
@@ -73,6 +73,7 @@ class Settings:
     access: AccessPolicy = field(default_factory=AccessPolicy)
     images: ImageLimits = field(default_factory=ImageLimits)  # per request, 413 over
     store: StoreHooks | None = None  # what a pull or rm from the page changes in the backend
+    temperature: float | None = None  # for requests that set none (engy serve --temp)
 
 
 class StreamMachine(Protocol):
@@ -248,6 +249,9 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
     async def submit(api: Api, request: Request, body: Any, chat: ChatRequest) -> Generation:
         """Submit `chat`, counted in /metrics and recorded for the page from
         its first moment: every API's route submits through here."""
+        if settings.temperature is not None and chat.sampling.temperature is None:
+            sampling = replace(chat.sampling, temperature=settings.temperature)
+            chat = replace(chat, sampling=sampling)
         entry = activity.begin(api, request.url.path, request.headers, body, chat)
         try:
             generation = await backend.submit(chat)

@@ -32,6 +32,7 @@ class ServeOptions:
     api_key: str | None = None
     timeout: float | None = 600.0
     max_output_tokens: int = 8192
+    temperature: float | None = None  # for requests that set none; None: engy's default
     queue_size: int = 16
     memory_budget: int | None = None  # bytes; None: 80% of RAM
     keep_alive: float | None = 1800.0  # seconds an idle model stays loaded

@@ -60,7 +60,13 @@ def run_server(options: ServeOptions, console: Console) -> None:
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
     limits = ImageLimits(options.max_image_bytes, options.max_images)
     hooks = store_hooks(backend, options)
-    settings = Settings(api_key=options.api_key, access=access, images=limits, store=hooks)
+    settings = Settings(
+        api_key=options.api_key,
+        access=access,
+        images=limits,
+        store=hooks,
+        temperature=options.temperature,
+    )
     app = create_app(settings, backend)
     drain: Drain = app.state.drain
     # ws="none": a WebSocket upgrade reaches the app as plain HTTP and

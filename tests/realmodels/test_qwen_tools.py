@@ -63,7 +63,7 @@ def qwen() -> Path:
 
 @pytest.fixture(scope="module")
 def server(qwen: Path) -> Iterator[EngyServer]:
-    s = EngyServer(str(qwen), "--ctx-size", "4096", "--parallel", "2")
+    s = EngyServer(str(qwen), "--ctx-size", "4096", "--parallel", "2", "--temp", "0")
     yield s
     s.stop()
 
@@ -272,3 +272,21 @@ def test_a_history_holding_a_broken_call_renders_on_every_endpoint(server: EngyS
             tools=[anthropic_tool(WEATHER)],  # type: ignore[list-item]
         )
         assert m.content
+
+
+def test_serve_temp_is_the_default_for_requests_that_set_none(server: EngyServer) -> None:
+    """`--temp 0`: requests without a temperature (as Claude Code and Codex
+    send them) decode greedily, so the same ask gets the same answer."""
+    ask = [{"role": "user", "content": "Write a short poem about the sea."}]
+    with claude(server) as c:
+        answers = {
+            "".join(
+                b.text
+                for b in c.messages.create(
+                    model=model_id(server), max_tokens=48, messages=ask
+                ).content
+                if b.type == "text"
+            )
+            for _ in range(3)
+        }
+    assert len(answers) == 1 and len(next(iter(answers))) > 40, answers
