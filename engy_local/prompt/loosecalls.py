@@ -83,6 +83,11 @@ class LooseCallParser:
         self._call = ""  # a loose call's text from its head on ("" outside one)
         self._name = ""  # the first call's name, from its head
         self._after = False  # just after a call: whitespace is dropped
+        # Of the loose call being read: values already out (each goes out once
+        # complete, so a model looping on calls is seen, assemble.py), and
+        # where in `_call` the text after them starts.
+        self._emitted = 0
+        self._resume = 0
         self._next = 0  # the next call's index
         self._theirs: dict[int, int] = {}  # the family parser's call index -> ours
 
@@ -127,7 +132,8 @@ class LooseCallParser:
     def _flush(self, out: list[Event]) -> None:
         """Text held back goes out as it is (a family call comes next)."""
         if self._call:
-            self._buf, self._call = self._call + self._buf, ""
+            self._buf, self._call = self._call[self._resume :] + self._buf, ""
+            self._emitted = self._resume = 0
         if self._buf:
             out.append(TextDelta(self._buf))
         self._buf = ""
@@ -205,10 +211,12 @@ class LooseCallParser:
             except json.JSONDecodeError:
                 return False
             values.append(value)
-        calls = [c for v in values for c in (v if isinstance(v, list) else [v])]
-        for call in calls:
-            self._emit(out, call)
+            if len(values) > self._emitted:
+                for call in value if isinstance(value, list) else [value]:
+                    self._emit(out, call)
+                self._emitted, self._resume = len(values), at
         self._call, self._buf, self._after = "", text[at:], True
+        self._emitted = self._resume = 0
         return True
 
     def _emit(self, out: list[Event], call: Any) -> None:
@@ -231,11 +239,17 @@ class LooseCallParser:
     def _cut(self, out: list[Event]) -> None:
         """A call the token limit cut short: its name is known (the head
         named an offered tool), its arguments are repaired."""
-        start = self._call.find("{")
-        whole = _object(repair_object(self._call[start:]))
-        arguments = whole.get("arguments", whole.get("parameters"))
-        self._emit(out, {"name": self._name, "arguments": arguments})
+        start = self._call.find("{", self._resume)
+        if start >= 0:
+            whole = _object(repair_object(self._call[start:]))
+            # After calls already out, the cut one's name is what it wrote
+            # (it may be cut too: then it is dropped, no call markup as text).
+            name = whole.get("name") if self._emitted else self._name
+            arguments = whole.get("arguments", whole.get("parameters"))
+            if not self._emitted or (isinstance(name, str) and name in self._tools):
+                self._emit(out, {"name": name, "arguments": arguments})
         self._call = ""
+        self._emitted = self._resume = 0
 
 
 def _skip_space(text: str, at: int) -> int:

@@ -1,6 +1,6 @@
 """The answer's end where several calls may come: a call that repeats one of
-the same answer (same tool, same arguments) ends the answer and is dropped;
-different calls all come out, whole."""
+the same answer (same tool, arguments equal on every key both give) ends the
+answer and is dropped; different calls all come out, whole."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ def call(name: str, arguments: str) -> str:
 
 
 A, B = call("Read", '{"path": "a"}'), call("Read", '{"path": "b"}')
+A_LIMITED = call("Read", '{"path": "a", "limit": 5}')
+A_OFFSET = call("Read", '{"offset": 2, "path": "a"}')
+A_ELSEWHERE = call("Read", '{"path": "a", "limit": 6}')
 
 
 @pytest.mark.parametrize(
@@ -25,6 +28,15 @@ A, B = call("Read", '{"path": "a"}'), call("Read", '{"path": "b"}')
         (A + B, ['{"path": "a"}', '{"path": "b"}'], False),
         (A + A, ['{"path": "a"}'], True),  # the loop ends at the repeat
         (A + B + A + B, ['{"path": "a"}', '{"path": "b"}'], True),
+        # Other optional keys, the same on every key both give: a repeat.
+        (A_LIMITED + A_OFFSET, ['{"path": "a", "limit": 5}'], True),
+        (A + A_LIMITED, ['{"path": "a"}'], True),
+        # A key both give that differs: another call.
+        (
+            A_LIMITED + A_ELSEWHERE,
+            ['{"path": "a", "limit": 5}', '{"path": "a", "limit": 6}'],
+            False,
+        ),
     ],
 )
 def test_a_repeated_call_ends_the_answer(output: str, calls: list[str], done: bool) -> None:

@@ -83,3 +83,27 @@ def test_every_value_survives() -> None:
     call = json.dumps({"name": "Bash", "arguments": arguments}, ensure_ascii=False)
     got = calls(("Bash", json.dumps(arguments, ensure_ascii=False)))
     assert_parses(f"```json\n{call}\n```", Result(calls=got), loose=True)
+
+
+def test_each_call_of_a_run_goes_out_once_complete() -> None:
+    """Calls one after another (a small model looping on a call) each go
+    out when their object closes, not when the run ends; a run cut by the
+    token limit keeps the calls before the cut one."""
+    from engy_local.chat import ToolCallEnd
+    from engy_local.prompt.loosecalls import LooseCallParser
+    from engy_local.prompt.toolparse import HermesParser
+
+    second = '{"name": "Read", "arguments": {"file_path": "b"}}'
+    parser = LooseCallParser(
+        HermesParser(tools=["Bash", "Read"], thinking=False, new_id=lambda: "id"),
+        ["Bash", "Read"],
+        lambda: "id",
+    )
+    ended = []
+    for c in f"{BMI}\n{second}\n{BMI[:-17]}":
+        ended += [e.arguments for e in parser.feed(c) if isinstance(e, ToolCallEnd)]
+        if c == "}" and len(ended) == 1:
+            assert ended == [BMI_ARGS]  # out before the next call is written
+    assert ended == [BMI_ARGS, '{"file_path": "b"}']
+    final = [e for e in parser.finish() if isinstance(e, ToolCallEnd)]
+    assert [e.arguments for e in final] == ['{"command": "ls -la"}']
