@@ -1,0 +1,424 @@
+"""Claude Code and Codex finishing small coding tasks on a real model,
+through `engy launch` and through the same clients pointed at llama-server
+(which serves /v1/messages and /v1/responses itself) on the same GGUF.
+
+    LLAMA_SERVER=$(bench/build_llama_server.sh) .venv/bin/python bench/agent.py \\
+        --model ~/.cache/engy/real-models/qwen2.5-coder-1.5b-instruct.gguf
+
+Each task is judged by the files it leaves, never by the model's words:
+
+    create   write a file with given content
+    copy     read a value from one file into another
+    fix      fix a one-line bug so that a script prints what it should
+    patch    (Codex) add a file through its apply_patch tool
+
+Per server the clients run one after another (--tries of each task), each
+run a new session in the same project directory (Claude Code puts that
+path in its system prompt, so sessions share their prefix as a user's
+would); then engy is stopped and started again and one more session runs,
+to see its first turn come from the disk cache. A recording proxy sits
+between client and server (bench/agentproxy.py), so both servers are timed
+the same way. Claude Code runs with `--tools Bash,Read,Edit,Write`: its
+default tool set is three times the prompt (about 11.5k tokens against 4k
+with Qwen's tokenizer) and a small model picks among twelve tools badly.
+
+For llama-server the clients get what `engy launch` gives them (the same
+environment for Claude Code, the same `-c` settings for Codex) except
+Codex's model catalog: engy's tells Codex to send apply_patch as a custom
+(freeform) tool, which is engy's to turn into calls; a llama-server user's
+config has none, so Codex edits files through its shell there.
+
+Prints per client and server: tasks done, requests and turns, wall time,
+first-turn and later-turn time to first token, the share of later turns'
+prompt tokens read from cache, the second session's and the restarted
+server's first turn read from cache, malformed calls (the client said the
+call could not run as written), calls that reached the client as text, and
+API errors. Not a test and not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from agentproxy import CALL_AS_TEXT, Exchange, Proxy
+
+from bench import ENGY, Server, free_port, start_engy, start_llama
+
+REPO = Path(__file__).resolve().parents[1]
+NPM_BIN = REPO / ".engy-test" / "npm" / "node_modules" / ".bin"  # tests/support/clients.py
+CLAUDE_TOOLS = "Bash,Read,Edit,Write"
+CLIENT_TIMEOUT = 1800
+MAX_TURNS = ["8"]  # Claude Code's --max-turns (set from the command line)
+
+
+# ---- tasks ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    ask: str
+    files: dict[str, str]
+    done: Callable[[Path], bool]
+    clients: tuple[str, ...] = ("claude", "codex")
+
+
+def _reads(path: Path, want: str) -> bool:
+    try:
+        return path.read_text().strip() == want
+    except OSError:
+        return False
+
+
+def _prints(script: Path, want: str) -> bool:
+    try:
+        r = subprocess.run(
+            [sys.executable, script.name],
+            cwd=script.parent,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and r.stdout.strip() == want
+
+
+TASKS = (
+    Task(
+        "create",
+        "Create a file named greeting.txt containing exactly this line: Hello from engy",
+        {},
+        lambda d: _reads(d / "greeting.txt", "Hello from engy"),
+    ),
+    Task(
+        "copy",
+        "config.json holds a port number. Write that number, and nothing else, "
+        "into a new file named port.txt.",
+        {"config.json": '{\n  "name": "demo",\n  "port": 8123\n}\n'},
+        lambda d: _reads(d / "port.txt", "8123"),
+    ),
+    Task(
+        "fix",
+        "calc.py should print 5 but it prints -1. Fix the bug in calc.py.",
+        {"calc.py": "def add(a, b):\n    return a - b\n\n\nprint(add(2, 3))\n"},
+        lambda d: _prints(d / "calc.py", "5"),
+    ),
+    Task(
+        "patch",
+        "Use the apply_patch tool to add a file named notes.txt with the single line: done",
+        {},
+        lambda d: _reads(d / "notes.txt", "done"),
+        clients=("codex",),
+    ),
+)
+
+
+# ---- clients -------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """A server behind the proxy, and how a client is pointed at it."""
+
+    name: str  # engy / llama-server
+    proxy: Proxy
+    model: str
+    window: int
+    home: Path  # the bench's ENGY_HOME (engy launch's catalog, logs, disk cache)
+
+
+def base_env(home: Path, engy_home: Path) -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env["PATH"] = f"{NPM_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
+    return env
+
+
+def client_args(client: str, ask: str) -> list[str]:
+    if client == "claude":
+        tools = ["--tools", CLAUDE_TOOLS, "--allowedTools", CLAUDE_TOOLS]
+        return ["-p", ask, *tools, "--max-turns", MAX_TURNS[0]]
+    bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
+    return ["exec", "--skip-git-repo-check", bypass, ask]
+
+
+def command(client: str, target: Target, ask: str, env: dict[str, str]) -> list[str]:
+    """`engy launch` for engy; for llama-server, the client with launch's settings."""
+    port = target.proxy.url.rsplit(":", 1)[1]
+    if target.name == "engy":
+        return [str(ENGY), "launch", client, "--port", port, "--", *client_args(client, ask)]
+    from engy_local.backend import ModelStatus
+    from engy_local.commands.launch.claude import claude_env
+    from engy_local.commands.launch.codex import codex_env, codex_overrides
+
+    status = ModelStatus(target.model, target.window, "CPU", 0, None, family="hermes")
+    if client == "claude":
+        env.update(claude_env(env, target.proxy.url, None, status))
+        return [str(NPM_BIN / "claude"), *client_args(client, ask)]
+    env.update(codex_env(env, None))
+    overrides = codex_overrides(target.proxy.url, status, None)
+    return [str(NPM_BIN / "codex"), *overrides, *client_args(client, ask)]
+
+
+@dataclass
+class Result:
+    client: str
+    server: str
+    task: str
+    done: bool
+    wall: float
+    exchanges: list[Exchange]
+    session: str  # "first", "later", "restarted"
+    exit: int = 0
+
+
+def run_task(task: Task, client: str, target: Target, root: Path, session: str) -> Result:
+    work = root / f"project-{client}"  # the same path every run: a shared prefix
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for name, text in task.files.items():
+        (work / name).write_text(text)
+    home = root / f"home-{client}"
+    home.mkdir(exist_ok=True)
+    env = base_env(home, target.home)
+    if client == "codex":
+        env["CODEX_HOME"] = str(home / ".codex")
+        (home / ".codex").mkdir(exist_ok=True)
+    argv = command(client, target, task.ask, env)
+    seen = len(target.proxy.exchanges)
+    started = time.monotonic()
+    try:
+        r = subprocess.run(
+            argv,
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CLIENT_TIMEOUT,
+        )
+        code, out = r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired:
+        code, out = -1, "timed out"
+    wall = time.monotonic() - started
+    done = task.done(work)
+    (root / "logs").mkdir(exist_ok=True)
+    log = root / "logs" / f"{target.name}-{client}-{task.name}-{session}-{int(started)}.txt"
+    log.write_text(f"$ {' '.join(argv)}\nexit {code}\n{out}")
+    exchanges = target.proxy.exchanges[seen:]
+    mark = "done" if done else "NOT done"
+    print(
+        f"  {target.name:12} {client:6} {task.name:7} {session:9} {mark:8} {wall:6.0f} s "
+        f"{len(exchanges)} requests, exit {code}",
+        flush=True,
+    )
+    return Result(client, target.name, task.name, done, wall, exchanges, session, code)
+
+
+# ---- servers -------------------------------------------------------------------------
+
+
+def engy_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Server, Target]:
+    os.environ["ENGY_HOME"] = str(home)  # the disk tier lives there; launch finds it too
+    temp = ["--temp", str(args.temp)] if args.temp is not None else []
+    server = start_engy(
+        args.model, args.threads, logs, "--ctx-size", str(args.ctx_size), *temp, *args.engy
+    )
+    model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
+    proxy = Proxy(server.url, free_port(), args.save and logs / "exchanges-engy")
+    return server, Target("engy", proxy, model, args.ctx_size, home)
+
+
+def llama_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Server, Target]:
+    binary = os.environ["LLAMA_SERVER"]
+    temp = ["--temp", str(args.temp)] if args.temp is not None else []
+    server = start_llama(binary, args.model, args.threads, args.ctx_size, logs, *temp)
+    proxy = Proxy(server.url, free_port(), args.save and logs / "exchanges-llama-server")
+    return server, Target("llama-server", proxy, args.model.stem, args.ctx_size, home)
+
+
+# ---- report --------------------------------------------------------------------------
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f}" if values else "-"
+
+
+def _share(pairs: list[tuple[int | None, int | None]]) -> str:
+    known = [(p, c) for p, c in pairs if p and c is not None]
+    if not known:
+        return "n/a"
+    return f"{100 * sum(c for _, c in known) / sum(p for p, _ in known):.0f}%"
+
+
+def _first_turn(result: Result) -> Exchange | None:
+    turns = [e for e in result.exchanges if e.tools]
+    return turns[0] if turns else None
+
+
+def report(results: list[Result]) -> None:
+    rows = []
+    keys = sorted({(r.client, r.server) for r in results})
+    for client, server in keys:
+        mine = [r for r in results if (r.client, r.server) == (client, server)]
+        timed = [r for r in mine if r.session != "restarted"]
+        turns = [e for r in timed for e in r.exchanges if e.tools]
+        firsts = [_first_turn(r) for r in timed]
+        later = [e for r in timed for e in [e for e in r.exchanges if e.tools][1:]]
+        second = [_first_turn(r) for r in timed[1:]]
+        restarted = [_first_turn(r) for r in mine if r.session == "restarted"]
+        errors = [e.error for r in mine for e in r.exchanges if e.error]
+        rows.append(
+            {
+                "client": client,
+                "server": server,
+                "done": f"{sum(r.done for r in timed)}/{len(timed)}",
+                "requests": str(sum(len(r.exchanges) for r in timed)),
+                "turns": str(len(turns)),
+                "wall s": f"{sum(r.wall for r in timed):.0f}",
+                "ttft 1st": _median([e.first for e in firsts if e and e.first is not None]),
+                "ttft later": _median([e.first for e in later if e.first is not None]),
+                "later cached": _share([(e.prompt, e.cached) for e in later]),
+                "2nd session 1st": _share([(e.prompt, e.cached) for e in second if e]),
+                "restart 1st": _share([(e.prompt, e.cached) for e in restarted if e]),
+                "malformed": str(sum(e.malformed for r in mine for e in r.exchanges)),
+                "as text": str(
+                    sum(bool(CALL_AS_TEXT.search(e.text)) for r in mine for e in r.exchanges)
+                ),
+                "API errors": str(len(errors)),
+            }
+        )
+        for error in errors[:3]:
+            print(f"  {client} on {server}: {error}")
+    cols = list(rows[0]) if rows else []
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for row in rows:
+        print("| " + " | ".join(row[c] for c in cols) + " |")
+    print("\nper task (done/runs):")
+    for client, server in keys:
+        per = {
+            t.name: [
+                r.done
+                for r in results
+                if (r.client, r.server, r.task) == (client, server, t.name)
+                and r.session != "restarted"
+            ]
+            for t in TASKS
+        }
+        print(
+            f"  {client:6} {server:12} "
+            + "  ".join(f"{name} {sum(d)}/{len(d)}" for name, d in per.items() if d)
+        )
+
+
+# ---- main ----------------------------------------------------------------------------
+
+
+def run_server(name: str, args: argparse.Namespace, root: Path, results: list[Result]) -> None:
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    home = root / f"engy-home-{name}"
+    start = engy_target if name == "engy" else llama_target
+    server, target = start(args, logs, home)
+    print(f"{name} at {server.url} (log {server.log}), proxy {target.proxy.url}", flush=True)
+    tasks = [t for t in TASKS if t.name in args.tasks]
+    try:
+        for client in args.clients:
+            runs = 0
+            for _ in range(args.tries):
+                for task in tasks:
+                    if client in task.clients:
+                        session = "first" if runs == 0 else "later"
+                        results.append(run_task(task, client, target, root / name, session))
+                        runs += 1
+    finally:
+        target.proxy.stop()
+        server.stop()
+    if not args.restart or name != "engy":
+        return
+    # The same sessions' first turn after a restart: engy's disk tier. llama-server
+    # keeps nothing across a restart (unless told to save slots by hand): not run.
+    server, target = start(args, logs, home)
+    try:
+        for client in args.clients:
+            task = next(t for t in tasks if client in t.clients)
+            results.append(run_task(task, client, target, root / name, "restarted"))
+    finally:
+        target.proxy.stop()
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument(
+        "--clients", nargs="+", default=["claude", "codex"], choices=["claude", "codex"]
+    )
+    parser.add_argument(
+        "--servers", nargs="+", default=["engy", "llama-server"], choices=["engy", "llama-server"]
+    )
+    parser.add_argument(
+        "--tasks", nargs="+", default=[t.name for t in TASKS], choices=[t.name for t in TASKS]
+    )
+    parser.add_argument("--tries", type=int, default=2)
+    parser.add_argument("--ctx-size", type=int, default=32768)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument(
+        "--no-restart",
+        dest="restart",
+        action="store_false",
+        help="skip the restarted server's session",
+    )
+    parser.add_argument(
+        "--engy", nargs=argparse.REMAINDER, default=[], help="more `engy serve` arguments (last)"
+    )
+    parser.add_argument("--keep", type=Path, help="keep the projects and logs here")
+    parser.add_argument(
+        "--temp", type=float, help="both servers' temperature for requests that set none"
+    )
+    parser.add_argument("--save", action="store_true", help="save each request and answer")
+    parser.add_argument("--max-turns", default="8", help="Claude Code's --max-turns")
+    args = parser.parse_args()
+    if "llama-server" in args.servers and not os.environ.get("LLAMA_SERVER"):
+        sys.exit("LLAMA_SERVER is not set: LLAMA_SERVER=$(bench/build_llama_server.sh)")
+    if not (NPM_BIN / "claude").exists() or not (NPM_BIN / "codex").exists():
+        sys.exit(f"Claude Code and Codex are not in {NPM_BIN}: run the launch tests once")
+    MAX_TURNS[0] = args.max_turns
+    root = args.keep or Path(tempfile.mkdtemp(prefix="engy-agent-"))
+    print(
+        f"model {args.model.name}, window {args.ctx_size}, {args.threads} threads, "
+        f"{args.tries} tries, projects and logs in {root}",
+        flush=True,
+    )
+    results: list[Result] = []
+    try:
+        for name in args.servers:
+            run_server(name, args, root, results)
+    finally:
+        report(results)
+        (root / "results.json").write_text(
+            json.dumps(
+                [{**r.__dict__, "exchanges": [e.__dict__ for e in r.exchanges]} for r in results],
+                indent=1,
+                default=str,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Claude Code and Codex on a real model: `engy launch` on
+Qwen2.5-Coder-0.5B-Instruct (support/realmodels.py) runs a shell command
+through the client's own tool, the client sends the result back, and the
+file the command wrote is there afterwards.
+
+The model is small: Claude Code gets only the tool the task needs
+(`--tools Bash`: its default set is three times the prompt, and a 0.5B
+model picks among twelve tools badly) and two turns, the call and the
+answer to its result; Codex, which has no turn limit, is stopped once its
+result has come back. Each is asked to run one command.
+The server decodes greedily (`--temp 0`: the clients send no temperature)
+and each run has the same project and home paths (Claude Code writes them
+into its system prompt), so a run's prompts are the same each time. Each
+first turn reads a 3-10k-token preamble on the CPU: these take minutes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from support.clients import Clients, base_env
+from support.realmodels import QWEN_05B, need
+from support.server import EngyServer, free_port
+
+TIMEOUT = 1200  # one launch: the server's start and every turn on 2 cores
+ASK = "Run this shell command: echo Zebra > proof.txt"
+# Claude Code's tools for the task; its default set is three times the prompt.
+TOOLS = "Bash"
+# A small model may go on calling after the task is done (rewriting the
+# file it made): two turns are the call and the answer to its result.
+TURNS = "2"
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Path:
+    return need(QWEN_05B)
+
+
+def launch(
+    clients: Clients,
+    qwen: Path,
+    client: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """`engy launch CLIENT QWEN -- ARGS` in a fresh project; its run, the
+    project and the server's log."""
+    # Outside the repository: Claude Code writes a git repository's status
+    # and recent commits into its prompt.
+    root = Path(tempfile.gettempdir()) / "engy-test-agents" / client
+    shutil.rmtree(root, ignore_errors=True)
+    home, work, engy_home = root / "home", root / "project", root / "engy-home"
+    for d in (home, work):
+        d.mkdir(parents=True)
+    env = {**base_env(home), **(env or {}), "ENGY_HOME": str(engy_home)}
+    where = (clients.claude.parent, Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([*map(str, where), env["PATH"]])
+    port = free_port()
+    started = time.monotonic()
+    engy = [sys.executable, "-m", "engy_local", "launch", client, str(qwen)]
+    r = subprocess.run(
+        [*engy, "--port", str(port), "--temp", "0", "--", *args],
+        env=env,
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    print(f"engy launch {client} on {qwen.name}: {time.monotonic() - started:.0f} s")
+    return r, work, engy_home / "logs" / f"serve-{port}.log"
+
+
+def turns(log: Path) -> list[dict[str, str]]:
+    """engy's request lines: prompt=, cached=, stop=, ..."""
+    return [
+        dict(f.split("=", 1) for f in line.split() if "=" in f)
+        for line in log.read_text().splitlines()
+        if " prompt=" in line
+    ]
+
+
+def why(r: subprocess.CompletedProcess[str], log: Path) -> str:
+    server = log.read_text()[-4000:] if log.exists() else "(no log)"
+    return (
+        f"exit {r.returncode}\n--- stdout ---\n{r.stdout[-3000:]}\n--- stderr ---\n"
+        f"{r.stderr[-3000:]}\n--- server ---\n{server}"
+    )
+
+
+def check_round_trip(log: Path, r: subprocess.CompletedProcess[str]) -> None:
+    """A call, then the turn with its result, read mostly from the cache."""
+    seen = turns(log)
+    called = next((i for i, t in enumerate(seen) if t["stop"] == "tool_call"), None)
+    assert called is not None and called + 1 < len(seen), why(r, log)
+    after = seen[called + 1]
+    assert int(after["cached"]) >= 0.9 * int(seen[called]["prompt"]), seen
+
+
+def test_claude_code_writes_a_file_on_qwen(clients: Clients, qwen: Path) -> None:
+    args = ("-p", ASK, "--tools", TOOLS, "--allowedTools", TOOLS, "--max-turns", TURNS)
+    r, work, log = launch(clients, qwen, "claude", *args)
+    assert r.returncode == 0 or "max turns" in r.stdout + r.stderr, why(r, log)
+    assert (work / "proof.txt").read_text().strip() == "Zebra", why(r, log)
+    check_round_trip(log, r)
+
+
+def test_codex_writes_a_file_on_qwen(clients: Clients, qwen: Path, tmp_path: Path) -> None:
+    """Codex has no turn limit, and after its result this model goes on
+    writing a call to each of Codex's tools in turn: the test watches the
+    server it started for the round trip (the call, its result sent back
+    and read from the cache), then stops the client."""
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    root = Path(tempfile.gettempdir()) / "engy-test-agents" / "codex"
+    shutil.rmtree(root, ignore_errors=True)
+    home, work = root / "home", root / "project"
+    for d in (home, work):
+        d.mkdir(parents=True)
+    server = EngyServer(str(qwen), "--temp", "0", home=root / "engy-home")
+    env = {**base_env(home), "CODEX_HOME": str(codex_home), "ENGY_HOME": str(root / "engy-home")}
+    where = (clients.codex.parent, Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([*map(str, where), env["PATH"]])
+    bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
+    engy = [sys.executable, "-m", "engy_local", "launch", "codex", "--port", str(server.port)]
+    codex = ["exec", "--skip-git-repo-check", bypass, ASK]
+    proc = subprocess.Popen(
+        [*engy, "--", *codex],
+        env=env,
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # the client goes with it
+    )
+    try:
+        second = round_trip(server, proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0].decode(errors="replace")
+        server.stop()
+    assert second is not None, f"{out[-3000:]}\n--- server ---\n{server.output()[-4000:]}"
+    assert (work / "proof.txt").read_text().strip() == "Zebra", out[-3000:]
+    assert second["cached_tokens"] >= 0.9 * second["prev_prompt"], second
+    # The command went through Codex's own tool, and its output came back.
+    items = [
+        json.loads(line).get("payload", {})
+        for session in (codex_home / "sessions").rglob("*.jsonl")
+        for line in session.read_text().splitlines()
+    ]
+    kinds = [i.get("type") for i in items]
+    assert "function_call" in kinds and "function_call_output" in kinds, kinds
+
+
+def round_trip(server: EngyServer, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
+    """The page's record of the turn that sent a call's result back, once
+    it has been read (None if the client ended, or time ran out, first)."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None:
+        requests = httpx.get(server.url + "/engy/status", timeout=30).json()["requests"]
+        later = [r for r in requests if r["turn"] >= 2 and r["state"] in ("generating", "done")]
+        if later and first_turn_called(requests[0]):
+            found: dict[str, Any] = later[0]
+            return found
+        time.sleep(2)
+    return None
+
+
+def first_turn_called(first: dict[str, Any]) -> bool:
+    return bool(first["state"] == "done" and first["stop"] == "tool_call")
