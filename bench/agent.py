@@ -59,7 +59,7 @@ from bench import ENGY, Server, free_port, start_engy, start_llama
 REPO = Path(__file__).resolve().parents[1]
 NPM_BIN = REPO / ".engy-test" / "npm" / "node_modules" / ".bin"  # tests/support/clients.py
 CLAUDE_TOOLS = "Bash,Read,Edit,Write"
-CLIENT_TIMEOUT = 1800
+CLIENT_TIMEOUT = [1800]  # seconds one client run may take (set from the command line)
 MAX_TURNS = ["8"]  # Claude Code's --max-turns (set from the command line)
 
 
@@ -209,7 +209,7 @@ def run_task(task: Task, client: str, target: Target, root: Path, session: str) 
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=CLIENT_TIMEOUT,
+            timeout=CLIENT_TIMEOUT[0],
         )
         code, out = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired:
@@ -254,8 +254,8 @@ def llama_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Serv
 # ---- report --------------------------------------------------------------------------
 
 
-def _median(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f}" if values else "-"
+def _median(values: list[float], digits: int = 1) -> str:
+    return f"{statistics.median(values):.{digits}f}" if values else "-"
 
 
 def _share(pairs: list[tuple[int | None, int | None]]) -> str:
@@ -290,6 +290,7 @@ def report(results: list[Result]) -> None:
                 "requests": str(sum(len(r.exchanges) for r in timed)),
                 "turns": str(len(turns)),
                 "wall s": f"{sum(r.wall for r in timed):.0f}",
+                "1st prompt": _median([float(e.prompt) for e in firsts if e and e.prompt], 0),
                 "ttft 1st": _median([e.first for e in firsts if e and e.first is not None]),
                 "ttft later": _median([e.first for e in later if e.first is not None]),
                 "later cached": _share([(e.prompt, e.cached) for e in later]),
@@ -365,7 +366,7 @@ def run_server(name: str, args: argparse.Namespace, root: Path, results: list[Re
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--model", type=Path, required=False)
     parser.add_argument(
         "--clients", nargs="+", default=["claude", "codex"], choices=["claude", "codex"]
     )
@@ -391,14 +392,21 @@ def main() -> None:
     parser.add_argument(
         "--temp", type=float, help="both servers' temperature for requests that set none"
     )
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds a client run may take")
     parser.add_argument("--save", action="store_true", help="save each request and answer")
     parser.add_argument("--max-turns", default="8", help="Claude Code's --max-turns")
+    parser.add_argument("--report", type=Path, help="print the table of a run's results.json")
     args = parser.parse_args()
+    if args.report:
+        report(load_results(args.report))
+        return
     if "llama-server" in args.servers and not os.environ.get("LLAMA_SERVER"):
         sys.exit("LLAMA_SERVER is not set: LLAMA_SERVER=$(bench/build_llama_server.sh)")
     if not (NPM_BIN / "claude").exists() or not (NPM_BIN / "codex").exists():
         sys.exit(f"Claude Code and Codex are not in {NPM_BIN}: run the launch tests once")
-    MAX_TURNS[0] = args.max_turns
+    if args.model is None:
+        sys.exit("--model is required")
+    MAX_TURNS[0], CLIENT_TIMEOUT[0] = args.max_turns, args.timeout
     root = args.keep or Path(tempfile.mkdtemp(prefix="engy-agent-"))
     print(
         f"model {args.model.name}, window {args.ctx_size}, {args.threads} threads, "
@@ -418,6 +426,14 @@ def main() -> None:
                 default=str,
             )
         )
+
+
+def load_results(path: Path) -> list[Result]:
+    out = []
+    for raw in json.loads(path.read_text()):
+        exchanges = [Exchange(**e) for e in raw.pop("exchanges")]
+        out.append(Result(**raw, exchanges=exchanges))
+    return out
 
 
 if __name__ == "__main__":

@@ -344,7 +344,9 @@ def main() -> None:
     parser.add_argument("--categories", nargs="+", default=list(CATEGORIES))
     parser.add_argument("--endpoints", nargs="+", default=list(ENDPOINTS))
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--engy", nargs="*", default=[], help="more `engy serve` options")
+    parser.add_argument(
+        "--engy", nargs=argparse.REMAINDER, default=[], help="more `engy serve` options (last)"
+    )
     parser.add_argument("--verbose", action="store_true", help="print each wrong answer")
     run(parser.parse_args())
 

@@ -58,11 +58,12 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--types", nargs="+", default=list(TYPES), help="cache types to run")
     args = parser.parse_args()
     binary = os.environ.get("LLAMA_SERVER")
     logs = Path(tempfile.mkdtemp(prefix="kvtypes-"))
     rows: list[tuple[str, str, float, float | None]] = []
-    for kv in TYPES:
+    for kv in args.types:
         types = ["--cache-type-k", kv, "--cache-type-v", kv]
         figures: list[dict[str, float]] = []
         for engy in (True, False) if binary else (True,):
