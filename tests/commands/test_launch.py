@@ -138,10 +138,14 @@ def test_launch_claude_uses_the_running_server_and_leaves_it(
 ) -> None:
     launch = Launch(tmp_path)
     wrap(launch.bin, clients.claude, launch.record, "env")
-    r = launch.run("claude", "--port", str(answer_server.port), "--", "-p", "Say hi")
+    r = launch.run(
+        "claude", "--port", str(answer_server.port), "--temp", "0.2", "--", "-p", "Say hi"
+    )
     assert r.returncode == 0, why(r)
     assert ANSWER in r.stdout, why(r)
     assert "engy already running" in r.stderr, r.stderr
+    # --temp is for a server launch starts: said, not silently dropped.
+    assert "--temp is for a server launch starts" in r.stderr, r.stderr
     seen = records(launch.record)[-1]  # the run (the first: --version)
     assert isinstance(seen, dict)
     check_claude_env(seen, answer_server.url, model_id(answer_server), 32768)

@@ -60,6 +60,13 @@ def launch(options: LaunchOptions, console: Console) -> int:
             if server.process is not None
             else "engy already running"
         )
+        if server.process is None and "--temp" in options.serve_args:
+            console.print(
+                "[yellow]warning:[/yellow] --temp is for a server launch starts; the running "
+                "one keeps its own (engy serve --temp)",
+                soft_wrap=True,
+                highlight=False,
+            )
         console.print(
             f"[bold]engy launch[/bold] {client.spec.title} {client.version_text} on "
             f"[cyan]{m.id}[/cyan] ({m.context_length} tokens, {m.backend}) at {server.url}: "
