@@ -338,6 +338,11 @@ def test_claude_code_requests_make_one_session_and_a_changed_system_prompt_says_
     assert card.locator(".session-title").inner_text() == text_of(title).strip()
 
     turns = card.locator("section[data-kind='main'] tr.turn")
+    # A turn shows its state ("queued") until the page hears its verdict.
+    page.wait_for_function(
+        "() => [...document.querySelectorAll(\"section[data-kind='main'] tr.turn .c-verdict\")]"
+        ".every(v => ['first turn', 'from cache', 'missed'].includes(v.textContent.trim()))"
+    )
     verdicts = [turns.nth(i).locator(".c-verdict").inner_text() for i in range(3)]
     assert verdicts == ["first turn", "from cache", "missed"]
     cached = second["usage"]["cache_read_input_tokens"]
