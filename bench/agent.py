@@ -59,8 +59,6 @@ from bench import ENGY, Server, free_port, start_engy, start_llama
 REPO = Path(__file__).resolve().parents[1]
 NPM_BIN = REPO / ".engy-test" / "npm" / "node_modules" / ".bin"  # tests/support/clients.py
 CLAUDE_TOOLS = "Bash,Read,Edit,Write"
-CLIENT_TIMEOUT = [1800]  # seconds one client run may take (set from the command line)
-MAX_TURNS = ["8"]  # Claude Code's --max-turns (set from the command line)
 
 
 # ---- tasks ---------------------------------------------------------------------------
@@ -138,6 +136,8 @@ class Target:
     model: str
     window: int
     home: Path  # the bench's ENGY_HOME (engy launch's catalog, logs, disk cache)
+    max_turns: str  # Claude Code's --max-turns
+    timeout: int  # seconds one client run may take
 
 
 def base_env(home: Path, engy_home: Path) -> dict[str, str]:
@@ -148,10 +148,10 @@ def base_env(home: Path, engy_home: Path) -> dict[str, str]:
     return env
 
 
-def client_args(client: str, ask: str) -> list[str]:
+def client_args(client: str, ask: str, max_turns: str) -> list[str]:
     if client == "claude":
         tools = ["--tools", CLAUDE_TOOLS, "--allowedTools", CLAUDE_TOOLS]
-        return ["-p", ask, *tools, "--max-turns", MAX_TURNS[0]]
+        return ["-p", ask, *tools, "--max-turns", max_turns]
     bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
     return ["exec", "--skip-git-repo-check", bypass, ask]
 
@@ -159,8 +159,9 @@ def client_args(client: str, ask: str) -> list[str]:
 def command(client: str, target: Target, ask: str, env: dict[str, str]) -> list[str]:
     """`engy launch` for engy; for llama-server, the client with launch's settings."""
     port = target.proxy.url.rsplit(":", 1)[1]
+    args = client_args(client, ask, target.max_turns)
     if target.name == "engy":
-        return [str(ENGY), "launch", client, "--port", port, "--", *client_args(client, ask)]
+        return [str(ENGY), "launch", client, "--port", port, "--", *args]
     from engy_local.backend import ModelStatus
     from engy_local.commands.launch.claude import claude_env
     from engy_local.commands.launch.codex import codex_env, codex_overrides
@@ -168,10 +169,10 @@ def command(client: str, target: Target, ask: str, env: dict[str, str]) -> list[
     status = ModelStatus(target.model, target.window, "CPU", 0, None, family="hermes")
     if client == "claude":
         env.update(claude_env(env, target.proxy.url, None, status))
-        return [str(NPM_BIN / "claude"), *client_args(client, ask)]
+        return [str(NPM_BIN / "claude"), *args]
     env.update(codex_env(env, None))
     overrides = codex_overrides(target.proxy.url, status, None)
-    return [str(NPM_BIN / "codex"), *overrides, *client_args(client, ask)]
+    return [str(NPM_BIN / "codex"), *overrides, *args]
 
 
 @dataclass
@@ -209,7 +210,7 @@ def run_task(task: Task, client: str, target: Target, root: Path, session: str) 
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=CLIENT_TIMEOUT[0],
+            timeout=target.timeout,
         )
         code, out = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired:
@@ -240,7 +241,7 @@ def engy_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Serve
     )
     model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
     proxy = Proxy(server.url, free_port(), args.save and logs / "exchanges-engy")
-    return server, Target("engy", proxy, model, args.ctx_size, home)
+    return server, Target("engy", proxy, model, args.ctx_size, home, args.max_turns, args.timeout)
 
 
 def llama_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Server, Target]:
@@ -248,7 +249,9 @@ def llama_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Serv
     temp = ["--temp", str(args.temp)] if args.temp is not None else []
     server = start_llama(binary, args.model, args.threads, args.ctx_size, logs, *temp)
     proxy = Proxy(server.url, free_port(), args.save and logs / "exchanges-llama-server")
-    return server, Target("llama-server", proxy, args.model.stem, args.ctx_size, home)
+    return server, Target(
+        "llama-server", proxy, args.model.stem, args.ctx_size, home, args.max_turns, args.timeout
+    )
 
 
 # ---- report --------------------------------------------------------------------------
@@ -406,7 +409,6 @@ def main() -> None:
         sys.exit(f"Claude Code and Codex are not in {NPM_BIN}: run the launch tests once")
     if args.model is None:
         sys.exit("--model is required")
-    MAX_TURNS[0], CLIENT_TIMEOUT[0] = args.max_turns, args.timeout
     root = args.keep or Path(tempfile.mkdtemp(prefix="engy-agent-"))
     print(
         f"model {args.model.name}, window {args.ctx_size}, {args.threads} threads, "
