@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.clients import Clients, base_env
+from support.clients import Clients, Run, base_env, run_client
 from support.realmodels import QWEN_05B, need
 from support.server import EngyServer, free_port
 
@@ -46,39 +46,20 @@ def qwen() -> Path:
     return need(QWEN_05B)
 
 
-def launch(
-    clients: Clients,
-    qwen: Path,
-    client: str,
-    *args: str,
-    env: dict[str, str] | None = None,
-) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
-    """`engy launch CLIENT QWEN -- ARGS` in a fresh project; its run, the
-    project and the server's log."""
-    # Outside the repository: Claude Code writes a git repository's status
-    # and recent commits into its prompt.
+def project(clients: Clients, client: str) -> tuple[Path, dict[str, str]]:
+    """A fresh project for `client` at a fixed path (the same prompts each
+    run), outside the repository (Claude Code writes a git repository's
+    status and recent commits into its prompt); its directory and the
+    environment the client runs in (engy's files under it too)."""
     root = Path(tempfile.gettempdir()) / "engy-test-agents" / client
     shutil.rmtree(root, ignore_errors=True)
-    home, work, engy_home = root / "home", root / "project", root / "engy-home"
+    home, work = root / "home", root / "project"
     for d in (home, work):
         d.mkdir(parents=True)
-    env = {**base_env(home), **(env or {}), "ENGY_HOME": str(engy_home)}
+    env = {**base_env(home), "ENGY_HOME": str(root / "engy-home")}
     where = (clients.claude.parent, Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([*map(str, where), env["PATH"]])
-    port = free_port()
-    started = time.monotonic()
-    engy = [sys.executable, "-m", "engy_local", "launch", client, str(qwen)]
-    r = subprocess.run(
-        [*engy, "--port", str(port), "--temp", "0", "--", *args],
-        env=env,
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-    print(f"engy launch {client} on {qwen.name}: {time.monotonic() - started:.0f} s")
-    return r, work, engy_home / "logs" / f"serve-{port}.log"
+    return work, env
 
 
 def turns(log: Path) -> list[dict[str, str]]:
@@ -90,7 +71,7 @@ def turns(log: Path) -> list[dict[str, str]]:
     ]
 
 
-def why(r: subprocess.CompletedProcess[str], log: Path) -> str:
+def why(r: Run, log: Path) -> str:
     server = log.read_text()[-4000:] if log.exists() else "(no log)"
     return (
         f"exit {r.returncode}\n--- stdout ---\n{r.stdout[-3000:]}\n--- stderr ---\n"
@@ -98,7 +79,7 @@ def why(r: subprocess.CompletedProcess[str], log: Path) -> str:
     )
 
 
-def check_round_trip(log: Path, r: subprocess.CompletedProcess[str]) -> None:
+def check_round_trip(log: Path, r: Run) -> None:
     """A call, then the turn with its result, read mostly from the cache."""
     seen = turns(log)
     called = next((i for i, t in enumerate(seen) if t["stop"] == "tool_call"), None)
@@ -108,8 +89,12 @@ def check_round_trip(log: Path, r: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_claude_code_writes_a_file_on_qwen(clients: Clients, qwen: Path) -> None:
-    args = ("-p", ASK, "--tools", TOOLS, "--allowedTools", TOOLS, "--max-turns", TURNS)
-    r, work, log = launch(clients, qwen, "claude", *args)
+    work, env = project(clients, "claude")
+    port = free_port()
+    engy = [sys.executable, "-m", "engy_local", "launch", "claude", str(qwen)]
+    claude = ["-p", ASK, "--tools", TOOLS, "--allowedTools", TOOLS, "--max-turns", TURNS]
+    r = run_client([*engy, "--port", str(port), "--temp", "0", "--", *claude], env, work, TIMEOUT)
+    log = Path(env["ENGY_HOME"]) / "logs" / f"serve-{port}.log"
     assert r.returncode == 0 or "max turns" in r.stdout + r.stderr, why(r, log)
     assert (work / "proof.txt").read_text().strip() == "Zebra", why(r, log)
     check_round_trip(log, r)
@@ -122,15 +107,9 @@ def test_codex_writes_a_file_on_qwen(clients: Clients, qwen: Path, tmp_path: Pat
     and read from the cache), then stops the client."""
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
-    root = Path(tempfile.gettempdir()) / "engy-test-agents" / "codex"
-    shutil.rmtree(root, ignore_errors=True)
-    home, work = root / "home", root / "project"
-    for d in (home, work):
-        d.mkdir(parents=True)
-    server = EngyServer(str(qwen), "--temp", "0", home=root / "engy-home")
-    env = {**base_env(home), "CODEX_HOME": str(codex_home), "ENGY_HOME": str(root / "engy-home")}
-    where = (clients.codex.parent, Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([*map(str, where), env["PATH"]])
+    work, env = project(clients, "codex")
+    env["CODEX_HOME"] = str(codex_home)
+    server = EngyServer(str(qwen), "--temp", "0", home=Path(env["ENGY_HOME"]))
     bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
     engy = [sys.executable, "-m", "engy_local", "launch", "codex", "--port", str(server.port)]
     codex = ["exec", "--skip-git-repo-check", bypass, ASK]

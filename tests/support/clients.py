@@ -85,7 +85,9 @@ class Run:
     seconds: float
 
 
-def run_client(cmd: list[str | Path], env: dict[str, str], cwd: Path) -> Run:
+def run_client(
+    cmd: list[str | Path], env: dict[str, str], cwd: Path, timeout: float = CLIENT_TIMEOUT
+) -> Run:
     started = time.monotonic()
     try:
         r = subprocess.run(
@@ -95,7 +97,7 @@ def run_client(cmd: list[str | Path], env: dict[str, str], cwd: Path) -> Run:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=CLIENT_TIMEOUT,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
 
