@@ -73,6 +73,20 @@ def test_a_valid_header_reads(tmp_path: Path) -> None:
     assert parameter_count(path) == 48
 
 
+def test_a_large_vocabulary_is_skipped_whole(tmp_path: Path) -> None:
+    # Strings across read blocks and one longer than a block: the keys
+    # after the vocabulary still read.
+    tokens = [f"tok{i}" for i in range(200_000)] + ["x" * (3 << 20), "end"]
+    data = header(
+        [kv_strings("tokenizer.ggml.tokens", tokens), kv_u32("llama.context_length", 8192)],
+        [tensor("output.weight", [8, 3])],
+    )
+    meta = read_metadata(write(tmp_path, data))
+    assert meta["tokenizer.ggml.tokens"] == len(tokens)
+    assert meta["llama.context_length"] == 8192
+    assert parameter_count(tmp_path / "x.gguf") == 24
+
+
 def test_every_truncation_fails(tmp_path: Path) -> None:
     # Cut anywhere inside the metadata: NotGGUF, never a partial answer.
     end = VALID.index(b"\x11\x00\x00\x00\x00\x00\x00\x00token_embd")  # tensors start
