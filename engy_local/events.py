@@ -17,11 +17,15 @@ async def drain(queue: Queue, next_wait: Callable[[], float]) -> AsyncIterator[E
     """Events of `queue` until None. `next_wait()` gives the seconds of
     silence before a Heartbeat (it may raise, to end the wait)."""
     while True:
-        try:
-            item = await asyncio.wait_for(queue.get(), next_wait())
-        except asyncio.TimeoutError:
-            yield Heartbeat()
-            continue
+        wait = next_wait()
+        if not queue.empty():  # no timer and task for what is there already
+            item = queue.get_nowait()
+        else:
+            try:
+                item = await asyncio.wait_for(queue.get(), wait)
+            except asyncio.TimeoutError:
+                yield Heartbeat()
+                continue
         _raise_if_cancelled()
         if item is None:
             return

@@ -22,6 +22,9 @@ class Job:
     params: SamplingParams
     parser: ToolParser
     emit: Sink  # thread-safe; None marks the end of the job's events
+    # Sends on what `emit` holds back (text between two of the sink's wakes);
+    # called before a step that may take long (local.LocalGeneration).
+    flush: Callable[[], None] = lambda: None
     single_call: bool = False  # stop after the first complete tool call
     media: tuple[Any, ...] = ()  # vision.Media: the images among `tokens`, in order
     marks: tuple[int, ...] = ()  # where the conversation's messages begin (a checkpoint)

@@ -140,6 +140,7 @@ class ModelPool:
             params=prepared.params,
             parser=prepared.new_parser(),
             emit=generation.emit,
+            flush=generation.flush,
             single_call=prepared.single_call,
             media=prepared.media,
             marks=prepared.marks,

@@ -222,6 +222,8 @@ class Scheduler:
                 self._release(r)
         if not self.running:
             return
+        if any(r.next_token is None for r in self.running):
+            self.flush()  # a prompt is read this step: seconds, not a token's time
         ran = self._run_batch()
         if ran is None:
             return
@@ -494,6 +496,11 @@ class Scheduler:
         r.slot.used = next(self._clock)
         r.sampler.close()
         r.job.emit(None)
+
+    def flush(self) -> None:
+        """Every running job's held-back text goes out now."""
+        for r in self.running:
+            r.job.flush()
 
     def fail_all(self, err: EngyError) -> None:
         for r in list(self.running):

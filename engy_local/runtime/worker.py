@@ -130,6 +130,8 @@ class Worker:
                         break
                     self._busy = True
                     admitted = self._admissible(scheduler.free())
+                if admitted:
+                    scheduler.flush()  # admitting may restore a state from disk
                 for job in admitted:
                     scheduler.admit(job)
                 try:
