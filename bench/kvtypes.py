@@ -7,10 +7,10 @@ allocated (llama.cpp's own `llama_kv_cache: size`: engy ps, llama-server's log).
 
 Both servers get one sequence of --ctx-size tokens, flash attention on (a
 quantized V needs it; f16 runs with it too, so the types compare alone) and
-the same threads; each type starts a fresh pair, the servers taking turns.
-Per type: the median of --rounds rounds of a prompt of --prompt tokens that
-nothing has cached (prefill tokens/s), then --decode tokens of free text
-(decode tokens/s). Not a test and not run in CI.
+the same threads; each type starts a fresh pair, both loaded, taking turns
+request by request. Per type: the median of --rounds rounds of a prompt of
+--prompt tokens that nothing has cached (prefill tokens/s), then --decode
+tokens of free text (decode tokens/s). Not a test and not run in CI.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from bench import Server, ask_engy, ask_llama, free_port, start_engy, system_prompt
+from bench import Ask, Server, ask_engy, ask_llama, free_port, start_engy, system_prompt
 
 TYPES = ("f16", "q8_0", "q4_0")
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
@@ -36,18 +36,14 @@ def kv_mib(log: Path) -> float:
     return sum(float(m[1]) for m in _KV.finditer(log.read_text(errors="replace")))
 
 
-def measure(server: Server, engy: bool, args: argparse.Namespace) -> dict[str, float]:
-    ask = ask_engy(server.url) if engy else ask_llama(server.url)
-    prefill, decode = [], []
-    for _ in range(args.rounds):
-        seed = random.randrange(1 << 30)  # nothing cached
-        run, _ = ask(system_prompt(args.prompt, seed), STORY, 1, {})
-        prefill.append(run.prefill)
-        run, _ = ask(
-            "", [{"role": "user", "content": f"{seed}: " + STORY[0]["content"]}], args.decode, {}
-        )
-        decode.append(run.decode)
-    return {"prefill tok/s": statistics.median(prefill), "decode tok/s": statistics.median(decode)}
+def one_round(ask: Ask, args: argparse.Namespace) -> tuple[float, float]:
+    """(prefill tok/s, decode tok/s) of a prompt nothing has cached."""
+    seed = random.randrange(1 << 30)
+    run, _ = ask(system_prompt(args.prompt, seed), STORY, 1, {})
+    prefill = run.prefill
+    story = [{"role": "user", "content": f"{seed}: " + STORY[0]["content"]}]
+    run, _ = ask("", story, args.decode, {})
+    return prefill, run.decode
 
 
 def main() -> None:
@@ -65,30 +61,42 @@ def main() -> None:
     rows: list[tuple[str, str, float, float | None]] = []
     for kv in args.types:
         types = ["--cache-type-k", kv, "--cache-type-v", kv]
-        figures: list[dict[str, float]] = []
-        for engy in (True, False) if binary else (True,):
-            if engy:
-                server = start_engy(
-                    args.model, args.threads, logs, "--ctx-size", str(args.ctx_size),
-                    "--parallel", "1", "--flash-attn", "on", "--speculative", "off", *types,
-                )  # fmt: skip
-            else:
-                assert binary is not None
+        servers = [
+            start_engy(
+                args.model, args.threads, logs, "--ctx-size", str(args.ctx_size),
+                "--parallel", "1", "--flash-attn", "on", "--speculative", "off", *types,
+            )
+        ]  # fmt: skip
+        try:
+            if binary:
                 port = free_port()
                 cmd = [binary, "-m", str(args.model), "--host", "127.0.0.1", "--port", str(port)]
                 cmd += ["-t", str(args.threads), "-c", str(args.ctx_size), "--parallel", "1"]
                 cmd += ["-fa", "on", "--jinja", "-lv", "4", *types]  # -lv 4: its KV size line
-                server = Server("llama-server", cmd, port, "/health", logs / f"llama-{port}.log")
-            try:
-                got = measure(server, engy, args)
-                if engy:  # llama.cpp's own figure, as engy ps shows it
-                    status = httpx.get(server.url + "/engy/ps").json()["models"][0]
-                    got["KV MiB"] = status["kv_bytes"] / (1 << 20)
-            finally:
+                log = logs / f"llama-{port}.log"
+                servers.append(Server("llama-server", cmd, port, "/health", log))
+            asks = [ask_engy(servers[0].url)] + [ask_llama(s.url) for s in servers[1:]]
+            runs: list[list[tuple[float, float]]] = [[] for _ in servers]
+            # The servers take turns request by request (only one computes at
+            # a time): a noisy machine's slow spell falls on both alike.
+            for _ in range(args.rounds):
+                for ask, got in zip(asks, runs, strict=True):
+                    got.append(one_round(ask, args))
+            figures = [
+                {
+                    "prefill tok/s": statistics.median(p for p, _ in got),
+                    "decode tok/s": statistics.median(d for _, d in got),
+                }
+                for got in runs
+            ]
+            # llama.cpp's own figure, as engy ps shows it
+            status = httpx.get(servers[0].url + "/engy/ps").json()["models"][0]
+            figures[0]["KV MiB"] = status["kv_bytes"] / (1 << 20)
+        finally:
+            for server in servers:
                 server.stop()
-            if not engy:
-                got["KV MiB"] = kv_mib(server.log)
-            figures.append(got)
+        if binary:
+            figures[1]["KV MiB"] = kv_mib(servers[1].log)
         for metric in ("prefill tok/s", "decode tok/s", "KV MiB"):
             rows.append((kv, metric, figures[0][metric], figures[1][metric] if binary else None))
     print(f"model {args.model.name}, window {args.ctx_size}, {args.threads} threads")

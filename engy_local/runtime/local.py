@@ -42,7 +42,7 @@ def merged(items: list[_Item]) -> list[_Item]:
     for item in items:
         last = out[-1] if out else None
         if isinstance(item, (TextDelta, ThinkingDelta)) and type(last) is type(item):
-            out[-1] = type(item)(last.text + item.text)  # type: ignore[union-attr]
+            out[-1] = type(item)(last.text + item.text)
         elif (
             isinstance(item, ToolCallDelta)
             and isinstance(last, ToolCallDelta)
