@@ -37,8 +37,8 @@ WRITE_FILE = {
         "required": ["path", "content"],
     },
 }
-CALL = "Write a four-line poem about the sea into the file /tmp/poem.txt."
-STORY = "Write a long story about a lighthouse keeper."
+CALL = "{}: Write a four-line poem about the sea into the file /tmp/poem.txt."
+FREE = "Write the numbers from 1 to 300 in English words, separated by commas (list {})."
 _LINE = re.compile(r"decode=([\d.]+) tok/s .*?tokens=(\d+)")
 
 
@@ -66,7 +66,7 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="calls-"))
     server = start_engy(args.model, args.threads, logs, "--speculative", "off")
     kinds: dict[str, tuple[str, int, dict[str, Any]]] = {
-        "free text": (STORY, 128, {}),
+        "free text": (FREE, 128, {}),
         "forced call": (CALL, 256, {"tools": [WRITE_FILE], "tool_choice": {"type": "any"}}),
         "call under auto": (CALL, 256, {"tools": [WRITE_FILE]}),
     }
@@ -75,11 +75,11 @@ def main() -> None:
     stops: dict[str, list[str]] = {k: [] for k in kinds}
     try:
         model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
-        ask(server, model, STORY, 4, {})  # warm up
+        ask(server, model, FREE.format("x"), 4, {})  # warm up
         for i in range(args.rounds):
             for kind, (content, max_tokens, extra) in kinds.items():
-                # A number in front: nothing cached from the round before.
-                stops[kind].append(ask(server, model, f"{i}: {content}", max_tokens, extra))
+                # The round's number: nothing cached from the round before.
+                stops[kind].append(ask(server, model, content.format(i), max_tokens, extra))
                 rate, n = last_decode(server)
                 rates[kind].append(rate)
                 tokens[kind].append(n)
