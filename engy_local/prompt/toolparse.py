@@ -62,7 +62,7 @@ arguments, and they are a JSON object.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..chat import (
     Event,
@@ -248,9 +248,13 @@ def held(buf: str, markers: tuple[str, ...], *, whitespace: bool) -> int:
     return n
 
 
-def merged(events: list[Event]) -> list[Event]:
-    """Joins neighbouring deltas of the same kind (and call)."""
-    out: list[Event] = []
+_Item = TypeVar("_Item")
+
+
+def merged(events: list[_Item]) -> list[_Item]:
+    """Joins neighbouring deltas of the same kind (and call); anything else
+    (other events, and what else a stream carries) stays as it is."""
+    out: list[Any] = []
     for ev in events:
         last = out[-1] if out else None
         if isinstance(ev, TextDelta) and isinstance(last, TextDelta):

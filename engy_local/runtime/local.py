@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..chat import Event, TextDelta, ThinkingDelta, ToolCallDelta
 from ..errors import EngyError, GenerationTimeout
 from ..events import Queue, drain
+from ..prompt.toolparse import merged
 from .job import Job
 from .model import LoadOptions
 
@@ -34,24 +35,6 @@ STREAM_INTERVAL = 0.04
 
 _Item = Event | EngyError | None
 _DELTAS = (TextDelta, ThinkingDelta, ToolCallDelta)
-
-
-def merged(items: list[_Item]) -> list[_Item]:
-    """Runs of deltas of the same kind (and tool call) as one delta each."""
-    out: list[_Item] = []
-    for item in items:
-        last = out[-1] if out else None
-        if isinstance(item, (TextDelta, ThinkingDelta)) and type(last) is type(item):
-            out[-1] = type(item)(last.text + item.text)
-        elif (
-            isinstance(item, ToolCallDelta)
-            and isinstance(last, ToolCallDelta)
-            and last.index == item.index
-        ):
-            out[-1] = ToolCallDelta(item.index, last.arguments + item.arguments)
-        else:
-            out.append(item)
-    return out
 
 
 class LocalGeneration:
