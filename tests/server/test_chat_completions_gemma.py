@@ -269,7 +269,14 @@ def _call(completion: Any) -> Any:
 def forced(client: openai.OpenAI) -> Any:
     return _call(
         client.chat.completions.create(
-            model=MODEL, messages=READ, tools=TOOLS, tool_choice=NAMED, max_tokens=200
+            model=MODEL,
+            messages=READ,
+            tools=TOOLS,
+            tool_choice=NAMED,
+            max_tokens=200,
+            # One call: with parallel calls allowed, sampled gemma at times
+            # wrote call after call until max_tokens (CI, 2026-12-04).
+            parallel_tool_calls=False,
         )
     )
 
@@ -287,7 +294,7 @@ def test_forced_call_streams_its_arguments(client: openai.OpenAI) -> None:
             tool_choice=NAMED,
             max_tokens=200,
             stream=True,
-            parallel_tool_calls=False,  # one call (sampled: gemma at times wrote two)
+            parallel_tool_calls=False,  # one call, as in `forced`
         )
     )
     pieces = [
