@@ -28,7 +28,7 @@ from .context import Context
 from .diskcache import DiskTier
 from .job import Job
 from .model import Model
-from .prefixes import MIN_SAVE, PARK_AT, Prefixes, points
+from .prefixes import MIN_SAVE, Prefixes, points
 from .running import Fed, Running
 from .sampling import Sampler
 from .slots import Slot, choose, common_prefix
@@ -145,8 +145,15 @@ class Scheduler:
         slot = self.slots[plan.slot]
         if plan.save:
             self.prefixes.save(slot)
+        # Idle conversations out of the cache before this one's cells are
+        # placed (see park_idle); a copy's donor once it has copied.
+        first = plan.options[0] if plan.options else None
+        donor = self.slots[first.src] if first and first.src is not None else None
+        if first is not None and first.source == "cache":
+            self.prefixes.touch(prompt)  # the entry it restores is not the one let go
+        self.prefixes.park_idle(slot, spare=donor)
         reuse = self.prefixes.reuse(slot, plan.options, prompt, hit)
-        if len(prompt) - reuse >= PARK_AT:
+        if donor is not None:
             self.prefixes.park_idle(slot)
         known = max(stored, cached, *(common_prefix(s.held, prompt) for s in self.slots))
         miss = self.prefixes.missed(job.where, len(prompt), known, usable(known), reuse)

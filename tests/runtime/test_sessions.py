@@ -74,6 +74,35 @@ def test_two_conversations_interleaved_keep_their_caches(gemma_server: EngyServe
             history[name].append({"role": "assistant", "content": text_of(reply) or "ok"})
 
 
+def _held(server: EngyServer) -> list[int]:
+    """Tokens each KV sequence holds, as `engy ps` shows them."""
+    [model] = httpx.get(server.url + "/engy/ps").json()["models"]
+    return [s["tokens"] for s in model["sequences"]]
+
+
+def test_an_idle_conversation_leaves_the_kv_cache_while_another_runs(
+    gemma_server: EngyServer,
+) -> None:
+    """An idle conversation's cells would slow every other one's decode (one
+    unified cache): it waits in the RAM cache instead, and its next turn
+    still reads its whole prompt from cache."""
+    rules = {k: " ".join(f"Rule {i}: {k} answers stay short." for i in range(60)) for k in "ab"}
+    first = {
+        k: ask(gemma_server, [{"role": "user", "content": "Say hello."}], rules[k]) for k in "ab"
+    }
+    assert min(prompt_tokens(m) for m in first.values()) > 300  # worth saving (MIN_SAVE)
+    # Only b's sequence holds anything: a went to the RAM cache when b came.
+    [b_held] = [n for n in _held(gemma_server) if n]
+    assert b_held >= prompt_tokens(first["b"])
+    again = [
+        {"role": "user", "content": "Say hello."},
+        {"role": "assistant", "content": text_of(first["a"]) or "ok"},
+        {"role": "user", "content": "Again."},
+    ]
+    second = ask(gemma_server, again, rules["a"])
+    assert (second.usage.cache_read_input_tokens or 0) >= prompt_tokens(first["a"])
+
+
 def _together(server: EngyServer, prompts: list[str], max_tokens: list[int]) -> list[str]:
     out: list[str] = [""] * len(prompts)
     errors: list[BaseException] = []
