@@ -240,7 +240,7 @@ def engy_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Serve
         args.model, args.threads, logs, "--ctx-size", str(args.ctx_size), *temp, *args.engy
     )
     model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
-    proxy = Proxy(server.url, free_port(), args.save and logs / "exchanges-engy")
+    proxy = Proxy(server.url, free_port(), logs / "exchanges-engy" if args.save else None)
     return server, Target("engy", proxy, model, args.ctx_size, home, args.max_turns, args.timeout)
 
 
@@ -248,7 +248,7 @@ def llama_target(args: argparse.Namespace, logs: Path, home: Path) -> tuple[Serv
     binary = os.environ["LLAMA_SERVER"]
     temp = ["--temp", str(args.temp)] if args.temp is not None else []
     server = start_llama(binary, args.model, args.threads, args.ctx_size, logs, *temp)
-    proxy = Proxy(server.url, free_port(), args.save and logs / "exchanges-llama-server")
+    proxy = Proxy(server.url, free_port(), logs / "exchanges-llama-server" if args.save else None)
     return server, Target(
         "llama-server", proxy, args.model.stem, args.ctx_size, home, args.max_turns, args.timeout
     )
