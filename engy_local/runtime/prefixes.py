@@ -159,15 +159,20 @@ class Prefixes:
         """The most of `prompt` the RAM cache can give (a recurrent model:
         where an entry can be resumed; any other: its longest prefix, which
         `usable` cuts to where evaluation can resume, later)."""
-        if not self.model.recurrent:
-            return self.cache.best(prompt)[1]
-        return self.cache.best(prompt, partial(_entry_reach, usable))[1]
+        return self._best(prompt, usable)[1]
 
-    def touch(self, prompt: list[int]) -> None:
-        """The entry sharing the most with `prompt` counts as just used."""
-        entry, _ = self.cache.best(prompt)
+    def touch(self, prompt: list[int], usable: Callable[[int], int]) -> None:
+        """The entry `cached` found for `prompt` counts as just used."""
+        entry, _ = self._best(prompt, usable)
         if entry is not None:
             self.cache.touch(entry)
+
+    def _best(
+        self, prompt: list[int], usable: Callable[[int], int]
+    ) -> tuple[CacheEntry | None, int]:
+        if not self.model.recurrent:
+            return self.cache.best(prompt)
+        return self.cache.best(prompt, partial(_entry_reach, usable))
 
     def covers(self, tokens: list[int]) -> bool:
         return self.cache.covers(tokens, self.model.recurrent)
@@ -279,7 +284,6 @@ class Prefixes:
         above the parked ones' holes. A conversation comes back from the
         cache when it returns; one too large for the cache stays."""
         room = self.cache.budget - self.cache.pinned
-        parked = 0
         for slot in self.slots:
             if slot is keep or slot is spare or slot.busy or not slot.held:
                 continue
@@ -291,11 +295,9 @@ class Prefixes:
                 if not self._keep(slot, self.ctx.save(slot.id)):
                     continue
             log.debug("seq %d: parked (%d tokens)", slot.id, len(slot.held))
-            parked += 1
             self.ctx.clear(slot.id)
             slot.replace([])
-        if parked:
-            self.pin()
+        self.pin()
 
     def to_disk(self, entry: CacheEntry) -> None:
         if self.disk is not None:

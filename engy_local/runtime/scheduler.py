@@ -150,7 +150,7 @@ class Scheduler:
         first = plan.options[0] if plan.options else None
         donor = self.slots[first.src] if first and first.src is not None else None
         if first is not None and first.source == "cache":
-            self.prefixes.touch(prompt)  # the entry it restores is not the one let go
+            self.prefixes.touch(prompt, usable)  # the entry it restores is not let go
         self.prefixes.park_idle(slot, spare=donor)
         reuse = self.prefixes.reuse(slot, plan.options, prompt, hit)
         if donor is not None:
