@@ -254,6 +254,16 @@ TOOLS: Any = [
 ]
 READ: Any = [{"role": "user", "content": "Read the file /etc/hostname for me."}]
 NAMED: Any = {"type": "function", "function": {"name": "read_file"}}
+# A forced call to read_file, one call only: with parallel calls allowed,
+# sampled gemma at times wrote call after call until max_tokens (CI, 2026-12-04).
+FORCED: Any = {
+    "model": MODEL,
+    "messages": READ,
+    "tools": TOOLS,
+    "tool_choice": NAMED,
+    "max_tokens": 200,
+    "parallel_tool_calls": False,
+}
 
 
 def _call(completion: Any) -> Any:
@@ -267,18 +277,7 @@ def _call(completion: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def forced(client: openai.OpenAI) -> Any:
-    return _call(
-        client.chat.completions.create(
-            model=MODEL,
-            messages=READ,
-            tools=TOOLS,
-            tool_choice=NAMED,
-            max_tokens=200,
-            # One call: with parallel calls allowed, sampled gemma at times
-            # wrote call after call until max_tokens (CI, 2026-12-04).
-            parallel_tool_calls=False,
-        )
-    )
+    return _call(client.chat.completions.create(**FORCED))
 
 
 def test_forced_call(forced: Any) -> None:
@@ -286,17 +285,7 @@ def test_forced_call(forced: Any) -> None:
 
 
 def test_forced_call_streams_its_arguments(client: openai.OpenAI) -> None:
-    chunks = list(
-        client.chat.completions.create(
-            model=MODEL,
-            messages=READ,
-            tools=TOOLS,
-            tool_choice=NAMED,
-            max_tokens=200,
-            stream=True,
-            parallel_tool_calls=False,  # one call, as in `forced`
-        )
-    )
+    chunks = list(client.chat.completions.create(**FORCED, stream=True))
     pieces = [
         tc.function.arguments
         for c in chunks
