@@ -5,8 +5,8 @@ held to the family's call syntax and the chosen tool's schema, as a forced
 call is.
 
 A call begins at the family's own marker (`<tool_call>`), or in one of the
-forms small models write instead: a ```json fence, or a bare JSON object
-(or a list of them) opening with `{"name": "<an offered tool>"`. llama.cpp's
+forms small models write instead: a JSON object (or a list of them), bare
+or in a ```json fence, opening with `{"name": "<an offered tool>"`. llama.cpp's
 lazy grammar watches for those (`triggers`: regexes, searched in the output
 so far; the grammar applies from the first group's start); the parser reads
 the JSON forms back as calls (loosecalls.py).
@@ -58,7 +58,7 @@ def started_call_grammar(
         rules["family"] = f"call (jsep call){{0,{MAX_CALLS - 1}}} [ \\t\\n]{{0,2}}"
         starts.append("family")
         marker = _marker(rules)
-    starts += ["fenced", "jcalls"]
+    starts += ["fenced", "jcalls", "stray"]
     gbnf = grammar_text(rules, " | ".join(starts), family, False, "tools", "the call grammar")
     # Each trigger matches only what the grammar accepts from the group's
     # start (llama.cpp feeds it from there; text it rejected would be fatal),
@@ -68,14 +68,20 @@ def started_call_grammar(
     opened = rf'(?:\[{ws})?\{{{ws}"name"{ws}:{ws}"'
     head = rf'{opened}(?:{alternation})"'
     lead = _escape(after) + r"[\s\S]*?" if after else ""
+    fence = rf"```(?:json|JSON)?{ws}"
     triggers = []
     if marker:
         triggers.append(f"{lead}({_escape(marker)})")
-    # A fence opening an object with a "name" is a call from there on: the
-    # grammar picks the name among the tools (a 0.5B model wrote the file it
-    # meant to make as the name, with Write's arguments). A bare object is a
-    # call only once it names a tool: JSON in prose may have a "name" too.
-    triggers += [f"{lead}(```(?:json|JSON)?{ws}{opened})", f"{lead}({head})"]
+    # A fenced object whose name no tool can have (the command or file the
+    # model means: loosecalls reads it by its arguments) takes one tool's
+    # arguments.
+    triggers.append(rf'{lead}({fence}\{{{ws}"name"{ws}:{ws}"{_STRAY_NAME}")')
+    # A fenced or bare object is a call once it names an offered tool. One
+    # naming a tool that does not exist stays text, as in every family: on
+    # BFCL's irrelevance cases Qwen2.5-Coder writes calculate_triangle_area
+    # where only determine_body_mass_index is offered, and a grammar picking
+    # the name among the tools would make that a call to the wrong tool.
+    triggers += [f"{lead}({fence}{head})", f"{lead}({head})"]
     return LazyGrammar(gbnf, tuple(triggers), (marker,) if marker and not after else ())
 
 
@@ -88,8 +94,10 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
         first.setdefault(tool.name, tool)
     rules["jsp"] = JSON_SPACE
     alternatives = []
+    roots = []
     for i, spec in enumerate(first.values()):
         root = bounded_arguments(spec, f"j{i}-", rules)
+        roots.append(root)
         name = " | ".join(literal(json.dumps(n, ensure_ascii=False)) for n in spellings(spec.name))
         arguments = f'"," jsp ("\\"arguments\\"" | "\\"parameters\\"") jsp ":" jsp {root}'
         # Without arguments where the tool requires none ({"name": "ls"}).
@@ -103,7 +111,15 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
     rules["jcalls"] = f'jcall (jsep jcall){more} | "[" jsp jcall ("," jsp jcall){more} "]" jsp'
     rules["fence"] = '"```" ("json" | "JSON")? jsp jcalls "```"'
     rules["fenced"] = f"fence ([ \\t\\n]{{0,3}} fence){more}"
+    name = '"\\"name\\"" jsp ":" jsp strayname'
+    stray = f'{name} "," jsp "\\"arguments\\"" jsp ":" jsp ({" | ".join(roots)})'
+    rules["strayname"] = '"\\"" [A-Za-z0-9_-]* [^A-Za-z0-9_"\\\\-] [^"\\\\]{0,200} "\\""'
+    rules["stray"] = f'"```" ("json" | "JSON")? jsp "{{" jsp {stray} jsp "}}" jsp "```"'
     return [n for name in first for n in spellings(name)]
+
+
+# A JSON string holding a character no tool name has, as the trigger sees it.
+_STRAY_NAME = r'[A-Za-z0-9_-]*[^A-Za-z0-9_"\\-][^"\\]{0,200}'
 
 
 def _requires(spec: ToolSpec) -> bool:

@@ -7,7 +7,11 @@ template's markers,
     [{"name": "a", "arguments": {}}, {"name": "b", "parameters": {}}]
 
 A JSON object (or a list of them) is a call when its "name" is an offered
-tool's and it stands bare or in a ```json fence; anything else stays text.
+tool's and it stands bare or in a ```json fence. One naming a tool that was
+not offered is text. A "name" that cannot be a tool's at all (a command or a
+file, `"name": "echo hi > a.txt"`: small models write what they mean to do
+there) is a call where its arguments fit one offered tool and no other,
+else text as written. Anything else stays text.
 `LooseCallParser` wraps a family's parser and reads these in the text that
 parser passes on: text that may still open such a call is held back until
 the name decides; a call's arguments come out whole once its object is
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from ..chat import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
@@ -31,11 +35,14 @@ from .toolparse import ToolParser, merged
 _FENCE = re.compile(r"```(?:json|JSON)?")
 _HEAD = re.compile(r'(```(?:json|JSON)?\s*)?(\[\s*)?\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _HELD = 256  # a candidate longer than this that has not opened a call is text
+# What the APIs accept as a tool's name: a "name" of another shape is no tool's.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_STRAY_HELD = 64 * 1024  # a stray call not closed within this is text
 
 
-def _could_open(text: str, tools: Collection[str]) -> bool:
+def _could_open(text: str) -> bool:
     """Whether `text`, which does not match _HEAD, is a start of a head
-    that more text may complete into a call to one of `tools`."""
+    that more text may complete (a call's, once its name is known)."""
     if len(text) > _HELD:
         return False
     rest = text
@@ -55,8 +62,9 @@ def _could_open(text: str, tools: Collection[str]) -> bool:
         rest = rest[len(word) :].lstrip()
         if not rest:
             return True
-    # inside the name: an offered tool's name may still come
-    return any(name.startswith(rest) for name in tools)
+    # inside the name: held until it closes (an offered tool's, a name no
+    # tool can have, read by its arguments, or text)
+    return True
 
 
 def spellings(name: str) -> list[str]:
@@ -72,16 +80,26 @@ def spellings(name: str) -> list[str]:
 
 class LooseCallParser:
     def __init__(
-        self, inner: ToolParser, tools: Collection[str], new_id: Callable[[], str]
+        self,
+        inner: ToolParser,
+        tools: Mapping[str, Any] | Collection[str],
+        new_id: Callable[[], str],
     ) -> None:
+        """`tools`: the offered names, or a mapping of them to their
+        parameters' schemas (without schemas no call is read by its
+        arguments)."""
         # configuration
         self._inner = inner
         self._tools = {spelled: name for name in tools for spelled in spellings(name)}
+        schemas = tools if isinstance(tools, Mapping) else {}
+        self._params = {name: _parameters(schema) for name, schema in schemas.items()}
         self._new_id = new_id
         # state
         self._buf = ""  # text the family parser passed on, not yet handled
         self._call = ""  # a loose call's text from its head on ("" outside one)
         self._name = ""  # the first call's name, from its head
+        self._stray = False  # the call read names no tool: decided when complete
+        self._gap = ""  # the whitespace before it, text again if it is not a call
         self._after = False  # just after a call: whitespace is dropped
         # Of the loose call being read: values already out (each goes out once
         # complete, so a model looping on calls is seen, assemble.py), and
@@ -161,6 +179,7 @@ class LooseCallParser:
             before = self._buf[:start].rstrip()
             if before:
                 out.append(TextDelta(before))
+            self._gap = self._buf[len(before) : start]
             self._call, self._buf = self._buf[start:], ""
 
     def _find(self, buf: str, final: bool) -> tuple[int, int]:
@@ -174,11 +193,12 @@ class LooseCallParser:
             i = min(found)
             head = _HEAD.match(buf, i)
             if head is not None:
-                name = self._tools.get(_decoded(head[3]) or "")
-                if name is not None:
-                    self._name = name
+                written = _decoded(head[3]) or ""
+                name = self._tools.get(written)
+                if name is not None or (self._params and _TOOL_NAME.fullmatch(written) is None):
+                    self._name, self._stray = name or "", name is None
                     return i, -1
-            elif not final and _could_open(buf[i:], self._tools):
+            elif not final and _could_open(buf[i:]):
                 return -1, len(buf[:i].rstrip())  # and the whitespace before it
             at = i + 1
 
@@ -189,6 +209,9 @@ class LooseCallParser:
         out, what follows is text again. False while more may complete it
         (`final`: nothing more comes)."""
         text = self._call
+        if self._stray and len(text) > _STRAY_HELD:
+            self._unstray(out)
+            return True
         fence = _FENCE.match(text)
         at = fence.end() if fence else 0
         decoder = json.JSONDecoder(strict=False)  # raw newlines in strings: code
@@ -211,6 +234,12 @@ class LooseCallParser:
             except json.JSONDecodeError:
                 return False
             values.append(value)
+            if self._stray:  # the first value decides: a call, or the text as written
+                first = value[0] if isinstance(value, list) and value else value
+                if self._resolve(first) is None:
+                    self._unstray(out)
+                    return True
+                self._stray = False
             if len(values) > self._emitted:
                 for call in value if isinstance(value, list) else [value]:
                     self._emit(out, call)
@@ -219,9 +248,37 @@ class LooseCallParser:
         self._emitted = self._resume = 0
         return True
 
-    def _emit(self, out: list[Event], call: Any) -> None:
+    def _unstray(self, out: list[Event]) -> None:
+        """The stray call being read is no call: its text goes out as written,
+        up to its head's brace (what follows may open a call)."""
+        text, self._call, self._stray = self._call, "", False
+        head = _HEAD.match(text)
+        cut = head.end() if head else len(text)
+        out.append(TextDelta(self._gap + text[:cut]))
+        self._buf = text[cut:] + self._buf
+        self._emitted = self._resume = 0
+
+    def _resolve(self, call: Any) -> str | None:
+        """The offered tool `call` (a decoded object) calls: by its name, or,
+        where that name can be no tool's, by arguments that fit one tool."""
         written = call.get("name") if isinstance(call, dict) else None
-        name = self._tools.get(written) if isinstance(written, str) else None
+        if not isinstance(written, str):
+            return None
+        if written in self._tools or _TOOL_NAME.fullmatch(written):
+            return self._tools.get(written)
+        arguments = call.get("arguments", call.get("parameters"))
+        if not isinstance(arguments, dict) or not arguments:
+            return None
+        keys = set(arguments)
+        fits = [
+            name
+            for name, (known, required) in self._params.items()
+            if keys <= known and required <= keys
+        ]
+        return fits[0] if len(fits) == 1 else None
+
+    def _emit(self, out: list[Event], call: Any) -> None:
+        name = self._resolve(call)
         if name is None:
             out.append(TextDelta(json.dumps(call, ensure_ascii=False)))
             return
@@ -238,7 +295,12 @@ class LooseCallParser:
 
     def _cut(self, out: list[Event]) -> None:
         """A call the token limit cut short: its name is known (the head
-        named an offered tool), its arguments are repaired."""
+        named an offered tool), its arguments are repaired; a stray one is
+        text."""
+        if self._stray:
+            out.append(TextDelta(self._gap + self._call))
+            self._call, self._stray = "", False
+            return
         start = self._call.find("{", self._resume)
         if start >= 0:
             whole = _object(repair_object(self._call[start:]))
@@ -250,6 +312,15 @@ class LooseCallParser:
                 self._emit(out, {"name": name, "arguments": arguments})
         self._call = ""
         self._emitted = self._resume = 0
+
+
+def _parameters(schema: Any) -> tuple[set[str], set[str]]:
+    """A parameters schema's property names and required names."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return set(), set()
+    required = schema.get("required")
+    names = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+    return set(schema["properties"]), names
 
 
 def _skip_space(text: str, at: int) -> int:

@@ -84,6 +84,12 @@ PRETTY = (
         ('{"name": "get_weather", "arguments": {"city": 7}}', False),  # a number for a string
         ('{"name": "get_weather", "arguments": {}}', False),  # city is required
         ('{"name": "rm", "arguments": {}}', False),
+        # a name no tool has, in a fence: one tool's arguments (loosecalls
+        # reads the call by them)
+        ('```json\n{"name": "weather in Paris", "arguments": {"city": "Paris"}}\n```', True),
+        ('```json\n{"name": "a.txt", "arguments": {"minutes": 2}}\n```', True),
+        ('```json\n{"name": "a.txt", "arguments": {"city": 7}}\n```', False),
+        ('```json\n{"name": "a.txt"}\n```', False),
         (f"```json\n{CALL}\n``` and more", False),
         (f"```python\n{CALL}\n```", False),
     ],
@@ -126,9 +132,14 @@ def start(grammar: LazyGrammar, output: str) -> int | None:
         (f"```json\n[{CALL}", 0),
         (f"Let me see: {CALL}", 12),
         ('{\n  "name": "play.song"', 0),
-        # A fenced object with a name is a call whatever it names: the grammar
-        # makes the name an offered tool's.
-        ('Here:\n```json\n{\n  "name": "proof.txt"', 6),
+        ('Here:\n```json\n{\n  "name": "get_weather"', 6),
+        # a tool that was not offered: text, fenced or bare
+        ('Here:\n```json\n{\n  "name": "calculate_triangle_area"', None),
+        ('{"name": "calculate_triangle_area"', None),
+        # a fenced name no tool can have: a call by its arguments; bare, prose
+        ('Here:\n```json\n{\n  "name": "echo hi > a.txt"', 6),
+        ('```json\n{"name": "proof.txt"', 0),
+        ('{"name": "echo hi > a.txt"', None),
         # prose and other JSON: no call
         ('Use {"name": "Paris"} in the config.', None),
         ('{"city": "Paris"}', None),

@@ -107,3 +107,50 @@ def test_each_call_of_a_run_goes_out_once_complete() -> None:
     assert ended == [BMI_ARGS, '{"file_path": "b"}']
     final = [e for e in parser.finish() if isinstance(e, ToolCallEnd)]
     assert [e.arguments for e in final] == ['{"command": "ls -la"}']
+
+
+# Codex's tools, as schemas: a "name" no tool can have is read by its arguments.
+CODEX = {
+    "exec_command": {
+        "type": "object",
+        "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"}},
+        "required": ["cmd"],
+    },
+    "write_stdin": {
+        "type": "object",
+        "properties": {"session_id": {"type": "integer"}, "chars": {"type": "string"}},
+        "required": ["session_id"],
+    },
+    "view_image": {"type": "object", "properties": {"path": {"type": "string"}}},
+    "open_file": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+ECHO = '{"name": "echo Zebra > proof.txt", "arguments": {"cmd": "echo Zebra > proof.txt"}}'
+ECHO_ARGS = '{"cmd": "echo Zebra > proof.txt"}'
+
+STRAY = [
+    # what Qwen2.5-Coder-0.5B wrote under Codex: the command as the name
+    (f"```json\n{ECHO}\n```", Result(calls=calls(("exec_command", ECHO_ARGS)))),
+    (f"Sure.\n{ECHO}", Result("Sure.", calls=calls(("exec_command", ECHO_ARGS)))),
+    # arguments that fit no tool, or two: text as written
+    ('```json\n{"name": "a.txt", "arguments": {"text": "hi"}}\n```', None),
+    ('{"name": "cat a.txt", "arguments": {"path": "a.txt"}}', None),
+    ('{"name": "ls -la", "arguments": {}}', None),
+    # a name a tool could have names one that was not offered: text
+    ('```json\n{"name": "run_shell", "arguments": {"cmd": "ls"}}\n```', None),
+    # JSON in prose with a "name"
+    ('Use {"name": "Ada Lovelace", "born": 1815} here.', None),
+    # cut by the token limit before it is whole: text
+    ('```json\n{"name": "echo hi", "arguments": {"cmd": "ec', None),
+    # a stray that is text, then a call
+    (
+        '{"name": "a b", "x": 1}\n{"name": "exec_command", "arguments": {"cmd": "ls"}}',
+        Result('{"name": "a b", "x": 1}', calls=calls(("exec_command", '{"cmd": "ls"}'))),
+    ),
+]
+
+
+@pytest.mark.parametrize(("output", "expected"), STRAY, ids=[r[0][:40] for r in STRAY])
+def test_a_name_no_tool_can_have_is_read_by_its_arguments(
+    output: str, expected: Result | None
+) -> None:
+    assert_parses(output, expected or Result(text=output), loose=True, tools=CODEX)

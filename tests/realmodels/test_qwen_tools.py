@@ -199,6 +199,34 @@ def test_an_irrelevant_request_gets_text(server: EngyServer) -> None:
     assert not MARKUP.search(text), text
 
 
+BMI = {
+    "type": "function",
+    "function": {
+        "name": "determine_body_mass_index",
+        "description": "Calculate body mass index given weight and height.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "weight": {"type": "number", "description": "Weight in kilograms."},
+                "height": {"type": "number", "description": "Height in meters."},
+            },
+            "required": ["weight", "height"],
+        },
+    },
+}
+
+
+def test_a_call_to_a_tool_that_was_not_offered_stays_text(server: EngyServer) -> None:
+    """BFCL's first irrelevance case: offered only a BMI tool and asked for a
+    triangle's area, this model writes a fenced call to
+    calculate_triangle_area, which does not exist. It is not made a call to
+    the tool that was offered."""
+    ask = "Calculate the area of a triangle given the base is 10 meters and height is 5 meters."
+    calls, text, _ = calls_of(server, "chat", False, ask, tools=[BMI])
+    assert calls == [], text
+    assert text.strip()
+
+
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_parallel_calls_under_required(server: EngyServer, endpoint: str) -> None:
     ask = "What's the weather in Paris, Tokyo and Berlin? Check each city."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ def parse(
     *,
     thinking: bool = False,
     family: str = "hermes",
-    tools: Collection[str] = TOOLS,
+    tools: Collection[str] | Mapping[str, Any] = TOOLS,
     loose: bool = False,
 ) -> Result:
     """`loose`: as under tool_choice auto, where calls written as JSON
