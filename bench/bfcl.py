@@ -53,7 +53,8 @@ CHOICES = ("auto", "required")
 MODEL_NAME = "engy-bench"  # the checker's name for the model
 SERVED = {"id": "x"}  # the served model's id, set once a server is up
 MAX_TOKENS = 512
-CALL_AS_TEXT = re.compile(r"<tool_call>|```json|\{\s*\"name\"\s*:")
+# A call written in an answer's text: the name it gives.
+CALL_AS_TEXT = re.compile(r'(?:<tool_call>|```json)?\s*\{\s*"name"\s*:\s*"([^"]*)"')
 
 
 # ---- BFCL's data and checker ---------------------------------------------------------
@@ -225,7 +226,8 @@ class Score:
     right: int = 0
     total: int = 0
     errors: int = 0
-    as_text: int = 0
+    as_text: int = 0  # answers holding a call to an offered tool as text: a call lost
+    unoffered: int = 0  # answers holding a call to a tool that was not offered, as text
 
     def line(self) -> str:
         pct = 100 * self.right / self.total if self.total else 0.0
@@ -288,7 +290,10 @@ def run(args: argparse.Namespace) -> None:
                             ok = right(check, case, category, answer)
                             score.right += ok
                             score.errors += bool(answer.error)
-                            score.as_text += bool(CALL_AS_TEXT.search(answer.text))
+                            named = {tool_name(n) for n in CALL_AS_TEXT.findall(answer.text)}
+                            offered = {tool_name(f["name"]) for f in case["function"]}
+                            score.as_text += bool(named & offered)
+                            score.unoffered += bool(named - offered)
                             if not ok and args.verbose:
                                 failures.append(
                                     f"{endpoint} {choice} {case['id']}: {answer.calls} "
@@ -308,7 +313,8 @@ def print_table(
     timing: Counter[str],
 ) -> None:
     print(f"model {args.model.name}, {'all' if args.full else args.cases} cases a category")
-    head = ["endpoint", "choice", *args.categories, "overall", "errors", "as text", "seconds"]
+    head = ["endpoint", "choice", *args.categories, "overall", "errors", "as text", "unoffered"]
+    head.append("seconds")
     rows = [head]
     for endpoint in endpoints:
         for choice in CHOICES:
@@ -326,6 +332,7 @@ def print_table(
                     f"{100 * right_ / total:5.1f}" if total else "-",
                     str(sum(s.errors for s in done)),
                     str(sum(s.as_text for s in done)),
+                    str(sum(s.unoffered for s in done)),
                     f"{timing[endpoint]:.0f}",
                 ]
             )
