@@ -87,8 +87,9 @@ def started_call_grammar(
 
 def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[str]:
     """Rules "fenced" and "jcalls": calls as JSON objects {"name": ...,
-    "arguments": {...}}, bare or in a ```json fence, one or a list. Returns
-    the tools' names, in order."""
+    "arguments": {...}}, bare or in a ```json fence, one or a list; "stray":
+    a fenced one whose name no tool can have. Returns the tools' names, in
+    order."""
     first: dict[str, ToolSpec] = {}
     for tool in tools:
         first.setdefault(tool.name, tool)
@@ -111,8 +112,9 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
     rules["jcalls"] = f'jcall (jsep jcall){more} | "[" jsp jcall ("," jsp jcall){more} "]" jsp'
     rules["fence"] = '"```" ("json" | "JSON")? jsp jcalls "```"'
     rules["fenced"] = f"fence ([ \\t\\n]{{0,3}} fence){more}"
-    name = '"\\"name\\"" jsp ":" jsp strayname'
-    stray = f'{name} "," jsp "\\"arguments\\"" jsp ":" jsp ({" | ".join(roots)})'
+    # A fenced object named as no tool can be: one of the tools' arguments.
+    named = '"\\"name\\"" jsp ":" jsp strayname'
+    stray = f'{named} "," jsp "\\"arguments\\"" jsp ":" jsp ({" | ".join(roots)})'
     rules["strayname"] = '"\\"" [A-Za-z0-9_-]* [^A-Za-z0-9_"\\\\-] [^"\\\\]{0,200} "\\""'
     rules["stray"] = f'"```" ("json" | "JSON")? jsp "{{" jsp {stray} jsp "}}" jsp "```"'
     return [n for name in first for n in spellings(name)]

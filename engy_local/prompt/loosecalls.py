@@ -250,7 +250,7 @@ class LooseCallParser:
 
     def _unstray(self, out: list[Event]) -> None:
         """The stray call being read is no call: its text goes out as written,
-        up to its head's brace (what follows may open a call)."""
+        up to the end of its name (what follows may open a call)."""
         text, self._call, self._stray = self._call, "", False
         head = _HEAD.match(text)
         cut = head.end() if head else len(text)
