@@ -298,8 +298,7 @@ class LooseCallParser:
         named an offered tool), its arguments are repaired; a stray one is
         text."""
         if self._stray:
-            out.append(TextDelta(self._gap + self._call))
-            self._call, self._stray = "", False
+            self._unstray(out)  # the rest goes out with the text held (_flush)
             return
         start = self._call.find("{", self._resume)
         if start >= 0:
