@@ -72,10 +72,12 @@ def started_call_grammar(
     triggers = []
     if marker:
         triggers.append(f"{lead}({_escape(marker)})")
-    # A fenced object whose name no tool can have (the command or file the
-    # model means: loosecalls reads it by its arguments) takes one tool's
-    # arguments.
-    triggers.append(rf'{lead}({fence}\{{{ws}"name"{ws}:{ws}"{_STRAY_NAME}")')
+    # A fenced object whose name no tool can have (the command the model
+    # means: loosecalls reads it by its arguments) takes one tool's
+    # arguments, once it says it gives arguments: JSON in an answer that
+    # only has a "name" ({"name": "Ada Lovelace", "born": 1815}) stays free.
+    stray = rf'"name"{ws}:{ws}"{_STRAY_NAME}",{ws}"arguments"{ws}:'
+    triggers.append(rf"{lead}({fence}\{{{ws}{stray})")
     # A fenced or bare object is a call once it names an offered tool. One
     # naming a tool that does not exist stays text, as in every family: on
     # BFCL's irrelevance cases Qwen2.5-Coder writes calculate_triangle_area
@@ -115,13 +117,15 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
     # A fenced object named as no tool can be: one of the tools' arguments.
     named = '"\\"name\\"" jsp ":" jsp strayname'
     stray = f'{named} "," jsp "\\"arguments\\"" jsp ":" jsp ({" | ".join(roots)})'
-    rules["strayname"] = '"\\"" [A-Za-z0-9_-]* [^A-Za-z0-9_"\\\\-] [^"\\\\]{0,200} "\\""'
+    rules["strayname"] = '"\\"" [A-Za-z0-9_.-]* [^A-Za-z0-9_."\\\\-] [^"\\\\]{0,200} "\\""'
     rules["stray"] = f'"```" ("json" | "JSON")? jsp "{{" jsp {stray} jsp "}}" jsp "```"'
     return [n for name in first for n in spellings(name)]
 
 
 # A JSON string holding a character no tool name has, as the trigger sees it.
-_STRAY_NAME = r'[A-Za-z0-9_-]*[^A-Za-z0-9_"\\-][^"\\]{0,200}'
+# Not a ".": a tool's name spelled with one (math.factorial) takes that
+# tool's arguments alone.
+_STRAY_NAME = r'[A-Za-z0-9_.-]*[^A-Za-z0-9_."\\-][^"\\]{0,200}'
 
 
 def _requires(spec: ToolSpec) -> bool:

@@ -8,10 +8,10 @@ template's markers,
 
 A JSON object (or a list of them) is a call when its "name" is an offered
 tool's and it stands bare or in a ```json fence. One naming a tool that was
-not offered is text. A "name" that cannot be a tool's at all (a command or a
-file, `"name": "echo hi > a.txt"`: small models write what they mean to do
-there) is a call where its arguments fit one offered tool and no other,
-else text as written. Anything else stays text.
+not offered is text. A "name" that cannot be a tool's at all (a command,
+`"name": "echo hi > a.txt"`: small models write what they mean to do there)
+is a call where its arguments fit one offered tool and no other, else text
+as written. Anything else stays text.
 `LooseCallParser` wraps a family's parser and reads these in the text that
 parser passes on: text that may still open such a call is held back until
 the name decides; a call's arguments come out whole once its object is
@@ -35,8 +35,9 @@ from .toolparse import ToolParser, merged
 _FENCE = re.compile(r"```(?:json|JSON)?")
 _HEAD = re.compile(r'(```(?:json|JSON)?\s*)?(\[\s*)?\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _HELD = 256  # a candidate longer than this that has not opened a call is text
-# What the APIs accept as a tool's name: a "name" of another shape is no tool's.
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
+# A character no tool's name has, as written ("." is one's spelling,
+# math.factorial): a "name" holding one is no tool's.
+_NO_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _STRAY_HELD = 64 * 1024  # a stray call not closed within this is text
 
 
@@ -195,7 +196,7 @@ class LooseCallParser:
             if head is not None:
                 written = _decoded(head[3]) or ""
                 name = self._tools.get(written)
-                if name is not None or (self._params and _TOOL_NAME.fullmatch(written) is None):
+                if name is not None or (self._params and _NO_NAME.search(written)):
                     self._name, self._stray = name or "", name is None
                     return i, -1
             elif not final and _could_open(buf[i:]):
@@ -264,7 +265,7 @@ class LooseCallParser:
         written = call.get("name") if isinstance(call, dict) else None
         if not isinstance(written, str):
             return None
-        if written in self._tools or _TOOL_NAME.fullmatch(written):
+        if written in self._tools or not _NO_NAME.search(written):
             return self._tools.get(written)
         arguments = call.get("arguments", call.get("parameters"))
         if not isinstance(arguments, dict) or not arguments:

@@ -87,9 +87,13 @@ PRETTY = (
         # a name no tool has, in a fence: one tool's arguments (loosecalls
         # reads the call by them)
         ('```json\n{"name": "weather in Paris", "arguments": {"city": "Paris"}}\n```', True),
-        ('```json\n{"name": "a.txt", "arguments": {"minutes": 2}}\n```', True),
-        ('```json\n{"name": "a.txt", "arguments": {"city": 7}}\n```', False),
-        ('```json\n{"name": "a.txt"}\n```', False),
+        ('```json\n{"name": "ls a.txt", "arguments": {"minutes": 2}}\n```', True),
+        ('```json\n{"name": "ls a.txt", "arguments": {"city": 7}}\n```', False),
+        ('```json\n{"name": "ls a.txt"}\n```', False),
+        # a tool's name spelled with a ".": that tool's arguments alone
+        ('```json\n{"name": "play.song", "arguments": {"minutes": 2}}\n```', True),
+        ('```json\n{"name": "play.song", "arguments": {"city": "Rome"}}\n```', False),
+        ('```json\n{"name": "a.txt", "arguments": {"minutes": 2}}\n```', False),
         (f"```json\n{CALL}\n``` and more", False),
         (f"```python\n{CALL}\n```", False),
     ],
@@ -137,9 +141,13 @@ def start(grammar: LazyGrammar, output: str) -> int | None:
         ('Here:\n```json\n{\n  "name": "calculate_triangle_area"', None),
         ('{"name": "calculate_triangle_area"', None),
         # a fenced name no tool can have: a call by its arguments; bare, prose
-        ('Here:\n```json\n{\n  "name": "echo hi > a.txt"', 6),
-        ('```json\n{"name": "proof.txt"', 0),
-        ('{"name": "echo hi > a.txt"', None),
+        ('Here:\n```json\n{\n  "name": "echo hi > a.txt",\n  "arguments":', 6),
+        ('```json\n{"name": "echo hi > a.txt", "arguments": {', 0),
+        ('{"name": "echo hi > a.txt", "arguments": {', None),
+        # ... not before it says it gives arguments: JSON in an answer stays free
+        ('```json\n{"name": "echo hi > a.txt"', None),
+        ('```json\n{"name": "Ada Lovelace", "born": 1815}', None),
+        ('```json\n{"name": "proof.txt", "arguments": {', None),
         # prose and other JSON: no call
         ('Use {"name": "Paris"} in the config.', None),
         ('{"city": "Paris"}', None),

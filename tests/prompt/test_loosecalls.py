@@ -132,7 +132,11 @@ STRAY = [
     (f"```json\n{ECHO}\n```", Result(calls=calls(("exec_command", ECHO_ARGS)))),
     (f"Sure.\n{ECHO}", Result("Sure.", calls=calls(("exec_command", ECHO_ARGS)))),
     # arguments that fit no tool, or two: text as written
-    ('```json\n{"name": "a.txt", "arguments": {"text": "hi"}}\n```', None),
+    ('```json\n{"name": "cat a.txt", "arguments": {"text": "hi"}}\n```', None),
+    # a name with a "." is a tool's, spelled so: not offered, text
+    ('```json\n{"name": "proof.txt", "arguments": {"cmd": "ls"}}\n```', None),
+    # JSON in an answer, with a "name" that is a person's
+    ('```json\n{"name": "Ada Lovelace", "born": 1815}\n```', None),
     ('{"name": "cat a.txt", "arguments": {"path": "a.txt"}}', None),
     ('{"name": "ls -la", "arguments": {}}', None),
     # a name a tool could have names one that was not offered: text
