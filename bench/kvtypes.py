@@ -10,7 +10,8 @@ quantized V needs it; f16 runs with it too, so the types compare alone) and
 the same threads; each type starts a fresh pair, both loaded, taking turns
 request by request. Per type: the median of --rounds rounds of a prompt of
 --prompt tokens that nothing has cached (prefill tokens/s), then --decode
-tokens of free text (decode tokens/s). Not a test and not run in CI.
+tokens of free text (decode tokens/s); "paired" is the median of each
+round's engy/llama-server ratio. Not a test and not run in CI.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     binary = os.environ.get("LLAMA_SERVER")
     logs = Path(tempfile.mkdtemp(prefix="kvtypes-"))
-    rows: list[tuple[str, str, float, float | None]] = []
+    rows: list[tuple[str, str, float, float | None, float | None]] = []
     for kv in args.types:
         types = ["--cache-type-k", kv, "--cache-type-v", kv]
         servers = [
@@ -89,6 +90,12 @@ def main() -> None:
                 }
                 for got in runs
             ]
+            # Each round's engy/llama ratio, paired: the VM's slow spells
+            # move both servers' figures of one round alike.
+            paired = {
+                metric: statistics.median(a[k] / b[k] for a, b in zip(*runs, strict=True))
+                for k, metric in enumerate(("prefill tok/s", "decode tok/s"))
+            } if binary else {}  # fmt: skip
             # llama.cpp's own figure, as engy ps shows it
             status = httpx.get(servers[0].url + "/engy/ps").json()["models"][0]
             figures[0]["KV MiB"] = status["kv_bytes"] / (1 << 20)
@@ -98,13 +105,15 @@ def main() -> None:
         if binary:
             figures[1]["KV MiB"] = kv_mib(servers[1].log)
         for metric in ("prefill tok/s", "decode tok/s", "KV MiB"):
-            rows.append((kv, metric, figures[0][metric], figures[1][metric] if binary else None))
+            other = figures[1][metric] if binary else None
+            rows.append((kv, metric, figures[0][metric], other, paired.get(metric)))
     print(f"model {args.model.name}, window {args.ctx_size}, {args.threads} threads")
-    print(f"{'type':6}  {'metric':14}  {'engy':>9}  {'llama-server':>12}  engy/llama")
-    for kv, metric, a, b in rows:
+    print(f"{'type':6}  {'metric':14}  {'engy':>9}  {'llama-server':>12}  engy/llama  paired")
+    for kv, metric, a, b, pair in rows:
         ratio = f"{a / b:.2f}" if b else "-"
-        other = f"{b:12.1f}" if b is not None else f"{'-':>12}"
-        print(f"{kv:6}  {metric:14}  {a:9.1f}  {other}  {ratio}")
+        theirs = f"{b:12.1f}" if b is not None else f"{'-':>12}"
+        both = f"{pair:.2f}" if pair is not None else "-"
+        print(f"{kv:6}  {metric:14}  {a:9.1f}  {theirs}  {ratio:>10}  {both:>6}")
 
 
 if __name__ == "__main__":
