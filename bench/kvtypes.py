@@ -79,10 +79,14 @@ def main() -> None:
             asks = [ask_engy(servers[0].url)] + [ask_llama(s.url) for s in servers[1:]]
             runs: list[list[tuple[float, float]]] = [[] for _ in servers]
             # The servers take turns request by request (only one computes at
-            # a time): a noisy machine's slow spell falls on both alike.
+            # a time): a noisy machine's slow spell falls on both alike. Who
+            # goes first alternates, so neither always runs on a machine the
+            # other has just warmed or left.
+            order = list(range(len(servers)))
             for _ in range(args.rounds):
-                for ask, got in zip(asks, runs, strict=True):
-                    got.append(one_round(ask, args))
+                for i in order:
+                    runs[i].append(one_round(asks[i], args))
+                order.reverse()
             figures = [
                 {
                     "prefill tok/s": statistics.median(p for p, _ in got),
