@@ -97,7 +97,9 @@ def main() -> None:
             # Each round's engy/llama ratio, paired: the VM's slow spells
             # move both servers' figures of one round alike.
             paired = {
-                metric: statistics.median(a[k] / b[k] for a, b in zip(*runs, strict=True))
+                metric: statistics.median(
+                    [a[k] / b[k] for a, b in zip(*runs, strict=True) if b[k]] or [0.0]
+                )
                 for k, metric in enumerate(("prefill tok/s", "decode tok/s"))
             } if binary else {}  # fmt: skip
             # llama.cpp's own figure, as engy ps shows it
