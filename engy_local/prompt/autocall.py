@@ -24,7 +24,7 @@ from ..chat import ToolSpec
 from .families import Family
 from .forced import MAX_CALLS, bounded_arguments, call_rules, grammar_text
 from .gbnf import fixed_start, literal
-from .loosecalls import spellings
+from .loosecalls import NAME_CHARS, spellings
 from .schema import JSON_SPACE
 
 
@@ -117,7 +117,7 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
     # A fenced object named as no tool can be: one of the tools' arguments.
     named = '"\\"name\\"" jsp ":" jsp strayname'
     stray = f'{named} "," jsp "\\"arguments\\"" jsp ":" jsp ({" | ".join(roots)})'
-    rules["strayname"] = '"\\"" [A-Za-z0-9_.-]* [^A-Za-z0-9_."\\\\-] [^"\\\\]{0,200} "\\""'
+    rules["strayname"] = f'"\\"" [{NAME_CHARS}]* [^"\\\\{NAME_CHARS}] [^"\\\\]{{0,200}} "\\""'
     rules["stray"] = f'"```" ("json" | "JSON")? jsp "{{" jsp {stray} jsp "}}" jsp "```"'
     return [n for name in first for n in spellings(name)]
 
@@ -125,7 +125,7 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
 # A JSON string holding a character no tool name has, as the trigger sees it.
 # Not a ".": a tool's name spelled with one (math.factorial) takes that
 # tool's arguments alone.
-_STRAY_NAME = r'[A-Za-z0-9_.-]*[^A-Za-z0-9_."\\-][^"\\]{0,200}'
+_STRAY_NAME = rf'[{NAME_CHARS}]*[^"\\{NAME_CHARS}][^"\\]{{0,200}}'
 
 
 def _requires(spec: ToolSpec) -> bool:

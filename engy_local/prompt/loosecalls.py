@@ -35,9 +35,12 @@ from .toolparse import ToolParser, merged
 _FENCE = re.compile(r"```(?:json|JSON)?")
 _HEAD = re.compile(r'(```(?:json|JSON)?\s*)?(\[\s*)?\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _HELD = 256  # a candidate longer than this that has not opened a call is text
-# A character no tool's name has, as written ("." is one's spelling,
-# math.factorial): a "name" holding one is no tool's.
-_NO_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+# The characters a tool's name has, as written ("." is one's spelling,
+# math.factorial), as a character class's body (regex and GBNF alike); a
+# "name" holding another is no tool's. The call grammar's stray rule
+# (autocall.py) is built from the same.
+NAME_CHARS = "A-Za-z0-9_.-"
+_NO_NAME = re.compile(f"[^{NAME_CHARS}]")
 _STRAY_HELD = 64 * 1024  # a stray call not closed within this is text
 
 
