@@ -112,9 +112,15 @@ class Server:
         self._log.close()
 
 
+def engy() -> list[str]:
+    """The repo's engy; on a machine the tree was copied to without its
+    virtual environment (a GPU box), this Python's engy_local."""
+    return [str(ENGY)] if ENGY.exists() else [sys.executable, "-m", "engy_local"]
+
+
 def start_engy(model: Path, threads: int, logs: Path, *extra: str) -> Server:
     port = free_port()
-    cmd = [str(ENGY), "serve", str(model), "--port", str(port), "--threads", str(threads)]
+    cmd = [*engy(), "serve", str(model), "--port", str(port), "--threads", str(threads)]
     return Server("engy", [*cmd, *extra], port, "/api/hello", logs / f"engy-{port}.log")
 
 

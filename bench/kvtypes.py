@@ -26,7 +26,16 @@ from pathlib import Path
 
 import httpx
 
-from bench import Ask, Server, ask_engy, ask_llama, free_port, start_engy, system_prompt
+from bench import (
+    Ask,
+    Server,
+    ask_engy,
+    ask_llama,
+    cpu_reports_amx,
+    free_port,
+    start_engy,
+    system_prompt,
+)
 
 TYPES = ("f16", "q8_0", "q4_0")
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
@@ -74,6 +83,9 @@ def main() -> None:
                 cmd = [binary, "-m", str(args.model), "--host", "127.0.0.1", "--port", str(port)]
                 cmd += ["-t", str(args.threads), "-c", str(args.ctx_size), "--parallel", "1"]
                 cmd += ["-fa", "on", "--jinja", "-lv", "4", *types]  # -lv 4: its KV size line
+                cmd += ["-ngl", "999"]  # every layer, as engy's auto, where there is a GPU
+                if cpu_reports_amx():
+                    cmd.append("--no-repack")  # as engy's CPU guard (issue 9)
                 log = logs / f"llama-{port}.log"
                 servers.append(Server("llama-server", cmd, port, "/health", log))
             asks = [ask_engy(servers[0].url)] + [ask_llama(s.url) for s in servers[1:]]
