@@ -30,7 +30,17 @@ from pathlib import Path
 
 import httpx
 
-from bench import REPO, Ask, Server, ask_engy, ask_llama, free_port, start_engy, system_prompt
+from bench import (
+    REPO,
+    Ask,
+    Server,
+    ask_engy,
+    ask_llama,
+    cpu_reports_amx,
+    free_port,
+    start_engy,
+    system_prompt,
+)
 
 STORY = [{"role": "user", "content": "note 3? note 5? keep going."}]
 _BUFFER = re.compile(r"(\S+) model buffer size =\s+([\d.]+) MiB")
@@ -88,7 +98,7 @@ def one_round(ask: Ask, prompt: int, decode: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path)
-    parser.add_argument("--width", type=int, default=1536)
+    parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--ctx-size", type=int, default=8192)
     parser.add_argument("--prompt", type=int, default=1500, help="prompt tokens (about)")
@@ -118,7 +128,9 @@ def main() -> None:
                 port = free_port()
                 cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
                 cmd += ["-t", str(args.threads), "-c", str(args.ctx_size), "--parallel", "1"]
-                cmd += ["-fa", "on", "--jinja", "--no-repack", *llama_args]
+                cmd += ["-fa", "on", "--jinja", "-lv", "4", *llama_args]  # -lv 4: buffer lines
+                if cpu_reports_amx():
+                    cmd.append("--no-repack")  # as engy's CPU guard (issue 9)
                 log = logs / f"llama-{port}.log"
                 servers.append(Server("llama-server", cmd, port, "/health", log))
             asks = [ask_engy(servers[0].url)] + [ask_llama(s.url) for s in servers[1:]]
