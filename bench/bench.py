@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -53,6 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 ENGY = REPO / ".venv" / "bin" / "engy"
 WORKLOADS = ("session", "concurrent", "prefill", "forced", "upstream", "restart")
 TIMEOUT = httpx.Timeout(1800.0, connect=10.0)
+T = TypeVar("T")
 
 
 # ---- servers --------------------------------------------------------------------
@@ -137,14 +138,15 @@ def chat_template(model: Path) -> str | None:
 
 
 def start_llama(
-    binary: str, model: Path, threads: int, ctx: int, logs: Path, *extra: str
+    binary: str, model: Path, threads: int, ctx: int, logs: Path, *extra: str, parallel: int = 4
 ) -> Server:
     template = chat_template(model)
     port = free_port()
     cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
-    # engy's layout: 4 sequences in one unified cache, each up to a whole
-    # window (-c 32768 --parallel 4 alone gives each slot 8192 tokens).
-    cmd += ["-t", str(threads), "--parallel", "4", "-c", str(4 * ctx), "--kv-unified"]
+    # engy's layout: `parallel` sequences in one unified cache, each up to a
+    # whole window (-c 32768 --parallel 4 alone gives each slot 8192 tokens).
+    cmd += ["-t", str(threads), "--parallel", str(parallel), "-c", str(parallel * ctx)]
+    cmd += ["--kv-unified"] if parallel > 1 else []
     cmd += ["--jinja", *extra]
     if template:
         path = logs / "chat_template.jinja"
@@ -287,6 +289,34 @@ def system_prompt(tokens: int, seed: int) -> str:
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 
 
+def fresh_round(
+    ask: Ask, prompt: int, story: list[dict[str, Any]], decode: int
+) -> tuple[float, float]:
+    """(prefill tok/s, decode tok/s): a system prompt of about `prompt`
+    tokens that no cache holds (engy's disk tier outlives a server: a fixed
+    prompt would be read from it), then `decode` tokens of `story`."""
+    seed = random.randrange(1 << 30)
+    run, _ = ask(system_prompt(prompt, seed), story, 1, {})
+    prefill = run.prefill
+    fresh = [{"role": "user", "content": f"{seed}: " + story[0]["content"]}]
+    run, _ = ask("", fresh, decode, {})
+    return prefill, run.decode
+
+
+def take_turns(asks: list[Ask], rounds: int, one: Callable[[Ask], T]) -> list[list[T]]:
+    """`one` for each server in turn, `rounds` times: one result a round for
+    each. Only one computes at a time, so a noisy machine's slow spell falls
+    on both alike; who goes first alternates, so neither always runs on a
+    machine the other has just warmed or left."""
+    got: list[list[T]] = [[] for _ in asks]
+    order = list(range(len(asks)))
+    for _ in range(rounds):
+        for i in order:
+            got[i].append(one(asks[i]))
+        order.reverse()
+    return got
+
+
 # ---- workloads -------------------------------------------------------------------
 
 Row = tuple[str, str, float | None, float | None, str]  # workload, metric, engy, llama, unit
@@ -336,20 +366,24 @@ def prefill(asks: list[Ask], quick: bool) -> list[dict[str, float]]:
     turn (the order alternating), in rounds: the median of each. This
     machine's speed drifts by 10% and more within minutes; interleaving
     puts both servers under the same drift."""
-    runs: list[dict[str, list[float]]] = [{} for _ in asks]
-    tokens: list[dict[str, float]] = [{} for _ in asks]
-    for r in range(1 if quick else 3):
-        order = list(enumerate(asks))
-        for i, ask in order if r % 2 == 0 else order[::-1]:
-            for size in (1500, 6000) if quick else (3000, 19000):
-                seed = random.randrange(1 << 30)  # a new start each run: nothing cached
-                run, _ = ask(system_prompt(size, seed), STORY, 1, {})
-                runs[i].setdefault(f"prefill ~{size / 1000:g}k tok/s", []).append(run.prefill)
-                tokens[i][f"prefill ~{size / 1000:g}k tokens"] = float(run.prompt - run.cached)
-    return [
-        {k: statistics.median(v) for k, v in got.items()} | n
-        for got, n in zip(runs, tokens, strict=True)
-    ]
+    sizes = (1500, 6000) if quick else (3000, 19000)
+
+    def one(ask: Ask) -> list[Run]:
+        # a new start each run: nothing cached
+        return [
+            ask(system_prompt(size, random.randrange(1 << 30)), STORY, 1, {})[0] for size in sizes
+        ]
+
+    figures = []
+    for runs in take_turns(asks, 1 if quick else 3, one):
+        named = [f"prefill ~{size / 1000:g}k" for size in sizes]
+        speed = {
+            f"{n} tok/s": statistics.median(r[k].prefill for r in runs) for k, n in enumerate(named)
+        }
+        last = runs[-1]
+        read = {f"{n} tokens": float(last[k].prompt - last[k].cached) for k, n in enumerate(named)}
+        figures.append(speed | read)
+    return figures
 
 
 READ_FILE = {

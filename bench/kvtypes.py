@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import re
 import statistics
 import tempfile
@@ -26,16 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from bench import (
-    Ask,
-    Server,
-    ask_engy,
-    ask_llama,
-    cpu_reports_amx,
-    free_port,
-    start_engy,
-    system_prompt,
-)
+from bench import ask_engy, ask_llama, fresh_round, start_engy, start_llama, take_turns
 
 TYPES = ("f16", "q8_0", "q4_0")
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
@@ -44,16 +34,6 @@ _KV = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB")
 
 def kv_mib(log: Path) -> float:
     return sum(float(m[1]) for m in _KV.finditer(log.read_text(errors="replace")))
-
-
-def one_round(ask: Ask, args: argparse.Namespace) -> tuple[float, float]:
-    """(prefill tok/s, decode tok/s) of a prompt nothing has cached."""
-    seed = random.randrange(1 << 30)
-    run, _ = ask(system_prompt(args.prompt, seed), STORY, 1, {})
-    prefill = run.prefill
-    story = [{"role": "user", "content": f"{seed}: " + STORY[0]["content"]}]
-    run, _ = ask("", story, args.decode, {})
-    return prefill, run.decode
 
 
 def main() -> None:
@@ -79,26 +59,18 @@ def main() -> None:
         ]  # fmt: skip
         try:
             if binary:
-                port = free_port()
-                cmd = [binary, "-m", str(args.model), "--host", "127.0.0.1", "--port", str(port)]
-                cmd += ["-t", str(args.threads), "-c", str(args.ctx_size), "--parallel", "1"]
-                cmd += ["-fa", "on", "--jinja", "-lv", "4", *types]  # -lv 4: its KV size line
-                cmd += ["-ngl", "999"]  # every layer, as engy's auto, where there is a GPU
-                if cpu_reports_amx():
-                    cmd.append("--no-repack")  # as engy's CPU guard (issue 9)
-                log = logs / f"llama-{port}.log"
-                servers.append(Server("llama-server", cmd, port, "/health", log))
+                # -lv 4: its KV size line; -ngl 999: every layer, as engy's
+                # auto, where there is a GPU
+                extra = ["-fa", "on", "-lv", "4", "-ngl", "999", *types]
+                servers.append(
+                    start_llama(
+                        binary, args.model, args.threads, args.ctx_size, logs, *extra, parallel=1
+                    )
+                )
             asks = [ask_engy(servers[0].url)] + [ask_llama(s.url) for s in servers[1:]]
-            runs: list[list[tuple[float, float]]] = [[] for _ in servers]
-            # The servers take turns request by request (only one computes at
-            # a time): a noisy machine's slow spell falls on both alike. Who
-            # goes first alternates, so neither always runs on a machine the
-            # other has just warmed or left.
-            order = list(range(len(servers)))
-            for _ in range(args.rounds):
-                for i in order:
-                    runs[i].append(one_round(asks[i], args))
-                order.reverse()
+            runs = take_turns(
+                asks, args.rounds, lambda ask: fresh_round(ask, args.prompt, STORY, args.decode)
+            )
             figures = [
                 {
                     "prefill tok/s": statistics.median(p for p, _ in got),

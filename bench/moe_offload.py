@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import re
 import statistics
 import subprocess
@@ -30,17 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from bench import (
-    REPO,
-    Ask,
-    Server,
-    ask_engy,
-    ask_llama,
-    cpu_reports_amx,
-    free_port,
-    start_engy,
-    system_prompt,
-)
+from bench import REPO, ask_engy, ask_llama, fresh_round, start_engy, start_llama, take_turns
 
 STORY = [{"role": "user", "content": "note 3? note 5? keep going."}]
 _BUFFER = re.compile(r"(\S+) model buffer size =\s+([\d.]+) MiB")
@@ -85,16 +74,6 @@ def overridden(log: Path) -> int:
     return sum("buffer type overridden to" in line for line in text.splitlines())
 
 
-def one_round(ask: Ask, prompt: int, decode: int) -> tuple[float, float]:
-    """(prefill tok/s, decode tok/s) of a prompt no cache holds (engy's disk
-    tier outlives a server: a fixed prompt would be read from it)."""
-    seed = random.randrange(1 << 30)
-    run, _ = ask(system_prompt(prompt, seed), STORY, 1, {})
-    prefill = run.prefill
-    run, _ = ask("", [{"role": "user", "content": f"{seed}: " + STORY[0]["content"]}], decode, {})
-    return prefill, run.decode
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path)
@@ -125,23 +104,18 @@ def main() -> None:
         servers = [start_engy(model, args.threads, logs, *common, *engy_args, "--verbose")]
         try:
             if binary:
-                port = free_port()
-                cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
-                cmd += ["-t", str(args.threads), "-c", str(args.ctx_size), "--parallel", "1"]
-                cmd += ["-fa", "on", "--jinja", "-lv", "4", *llama_args]  # -lv 4: buffer lines
-                if cpu_reports_amx():
-                    cmd.append("--no-repack")  # as engy's CPU guard (issue 9)
-                log = logs / f"llama-{port}.log"
-                servers.append(Server("llama-server", cmd, port, "/health", log))
+                extra = ["-fa", "on", "-lv", "4", *llama_args]  # -lv 4: its buffer lines
+                servers.append(
+                    start_llama(
+                        binary, model, args.threads, args.ctx_size, logs, *extra, parallel=1
+                    )
+                )
             asks = [ask_engy(servers[0].url)] + [ask_llama(s.url) for s in servers[1:]]
             _, answer = asks[0]("", STORY, 24, {})
             first_answer = first_answer if first_answer is not None else answer
-            runs: list[list[tuple[float, float]]] = [[] for _ in servers]
-            order = list(range(len(servers)))
-            for _ in range(args.rounds):
-                for i in order:
-                    runs[i].append(one_round(asks[i], args.prompt, args.decode))
-                order.reverse()
+            runs = take_turns(
+                asks, args.rounds, lambda ask: fresh_round(ask, args.prompt, STORY, args.decode)
+            )
             split = httpx.get(servers[0].url + "/engy/ps").json()["models"][0]["split"]
             memory = [gpu_mib(s.proc.pid) for s in servers]
         finally:
