@@ -231,7 +231,8 @@ def test_a_call_to_a_tool_that_was_not_offered_stays_text(server: EngyServer) ->
 def test_parallel_calls_under_required(server: EngyServer, endpoint: str) -> None:
     ask = "What's the weather in Paris, Tokyo and Berlin? Check each city."
     calls, _, _ = calls_of(server, endpoint, False, ask, choice="required")
-    cities = sorted(arguments["city"] for name, arguments in calls if name == "get_weather")
+    # .get: a call without a city fails the assertion below, which shows them all
+    cities = sorted(str(a.get("city")) for name, a in calls if name == "get_weather")
     assert cities == ["Berlin", "Paris", "Tokyo"], calls
 
 
