@@ -52,9 +52,10 @@ class Batch:
         self.size = size
         self.raw = llama_cpp.llama_batch_init(size, 0, 1)
         self.n = 0
+        self.outputs = 0  # tokens whose logits are asked for
 
     def clear(self) -> None:
-        self.n = 0
+        self.n = self.outputs = 0
 
     def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
         """Adds a token; returns its index in the batch (for sampling)."""
@@ -66,6 +67,7 @@ class Batch:
         raw.seq_id[i][0] = seq
         raw.logits[i] = logits
         self.n += 1
+        self.outputs += logits
         return i
 
     def free(self) -> None:
@@ -73,13 +75,16 @@ class Batch:
 
 
 class Context:
-    def __init__(self, model: Model, rollback: int = 0) -> None:
+    def __init__(self, model: Model, rollback: int = 0, outputs: int = 0) -> None:
         """`rollback`: for a model with recurrent state, how many of a
         sequence's latest tokens llama.cpp keeps a snapshot of the state
         after, so that a draft's rejected tokens can be dropped (each
-        snapshot costs one more copy of every sequence's recurrent state)."""
+        snapshot costs one more copy of every sequence's recurrent state).
+        `outputs`: the most tokens of one step that ask for logits (at
+        least one a sequence)."""
         self.model = model
         self.n_seq = model.parallel
+        self.outputs = max(self.n_seq, outputs)
         p = llama_cpp.llama_context_default_params()
         p.n_rs_seq = rollback if model.recurrent else 0
         # Every sequence may hold a whole window at once.
@@ -88,6 +93,12 @@ class Context:
         p.n_batch = BATCH
         p.n_ubatch = BATCH
         p.n_seq_max = self.n_seq
+        # llama.cpp keeps room for this many rows of logits in its compute
+        # buffer (n_vocab floats each: 300 MiB for a whole batch of a 152k
+        # vocabulary), on the GPU when the output layer is there. A step
+        # asks for one row a sequence, or one a drafted token: not BATCH.
+        p.n_outputs_max = self.outputs
+        p.n_outputs_max_per_seq = 0  # within n_outputs_max
         p.n_threads = model.threads
         p.n_threads_batch = model.threads
         p.flash_attn_type = _FLASH[model.flash_attn]
@@ -113,6 +124,7 @@ class Context:
             )
         # The KV cache's size as llama.cpp allocated it (engy ps, the page).
         self.kv_bytes = llamalog.parse_kv_size(made.text)
+        self.compute_bytes = llamalog.parse_compute_size(made.text)
         self.ctx: llama_cpp.llama_context_p = ctx
         self._open = True
         self.memory = llama_cpp.llama_get_memory(ctx)
@@ -128,6 +140,11 @@ class Context:
         room). Any other failure inside llama.cpp is a ServerError."""
         if self.batch.n == 0:
             return True
+        if self.batch.outputs > self.outputs:  # llama.cpp would abort the process
+            raise ServerError(
+                f"a step asked for {self.batch.outputs} rows of logits; this context "
+                f"has room for {self.outputs}"
+            )
         self.batch.raw.n_tokens = self.batch.n
         ret = llama_cpp.llama_decode(self.ctx, self.batch.raw)
         if ret == 1:

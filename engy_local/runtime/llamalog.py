@@ -51,6 +51,8 @@ _LEVELS = {
 _BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB")
+# One line per backend, at creation ("sched_reserve:") and again at close.
+_COMPUTE_SIZE = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 _OVERRIDDEN = re.compile(r"tensor (blk\.\d+)\.\S+ .*buffer type overridden to (\S+)")
 _FUNCTION = re.compile(r"^\w+: ")  # how llama.cpp's log lines start
 _lock = threading.Lock()  # one capture at a time: the callback is process-wide
@@ -141,6 +143,12 @@ def parse_kv_size(text: str) -> int:
     """Bytes of KV cache a context's creation said it allocated (a model
     with a sliding window has two caches, each says its own)."""
     return int(sum(float(m[1]) for m in _KV_SIZE.finditer(text)) * (1 << 20))
+
+
+def parse_compute_size(text: str) -> int:
+    """Bytes of compute buffers a context's creation said it reserved, on
+    every backend (on a GPU, memory taken whether a step uses it or not)."""
+    return int(sum(float(m[2]) for m in _COMPUTE_SIZE.finditer(text)) * (1 << 20))
 
 
 @dataclass(frozen=True)

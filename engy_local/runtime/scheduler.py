@@ -37,12 +37,25 @@ from .speculate import SIZES, Costs, Drafter, Gate, measure
 log = logging.getLogger("engy.requests")
 
 
+def _outputs(n_seq: int, draft_max: int) -> int:
+    """The most tokens one step asks logits for: each sequence's next token
+    and its draft; the steps _time_step times while drafts are measured."""
+    if not draft_max:
+        return n_seq
+    return max(n_seq * (1 + draft_max), max(SIZES))
+
+
 class Scheduler:
     def __init__(self, model: Model, disk: DiskTier | None = None) -> None:
         self.model = model
         # A recurrent state can take a draft back only from llama.cpp's
         # snapshots of it (dropped again if drafts do not pay: _gate).
-        self.ctx = Context(model, model.draft_max if model.speculative != "off" else 0)
+        drafts = model.speculative != "off"
+        self.ctx = Context(
+            model,
+            rollback=model.draft_max if drafts else 0,
+            outputs=_outputs(model.parallel, model.draft_max if drafts else 0),
+        )
         self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.disk = disk
         self.prefixes = Prefixes(model, self.ctx, self.slots, disk)
