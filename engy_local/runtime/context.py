@@ -84,7 +84,7 @@ class Context:
         least one a sequence)."""
         self.model = model
         self.n_seq = model.parallel
-        self.outputs = max(self.n_seq, outputs)
+        self.outputs = max(self.n_seq, min(BATCH, outputs))  # a step has BATCH tokens at most
         p = llama_cpp.llama_context_default_params()
         p.n_rs_seq = rollback if model.recurrent else 0
         # Every sequence may hold a whole window at once.

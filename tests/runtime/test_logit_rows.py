@@ -61,6 +61,15 @@ def test_a_step_asks_for_a_row_a_sequence_and_a_row_a_drafted_token(
     assert _outputs(n_seq, draft_max) == rows
 
 
+def test_the_rows_are_never_more_than_a_batch_nor_fewer_than_the_sequences(gemma: Model) -> None:
+    for asked, room in [(0, 4), (2, 4), (68, 68), (10 * BATCH, BATCH)]:
+        ctx = Context(gemma, outputs=asked)
+        try:
+            assert ctx.outputs == room
+        finally:
+            ctx.close()
+
+
 def test_the_compute_buffer_holds_the_rows_a_step_asks_for_not_a_batch(gemma: Model) -> None:
     vocab_row = gemma.n_vocab * 4
     plain = compute(gemma, _outputs(4, 0))
