@@ -13,7 +13,9 @@ llama_decode step as every other sequence's token.
   and the draft holds while each draw equals the drafted token. Every output
   token is a draw from the model's own distribution given the kept tokens,
   so the output is what decoding one token at a time would give (greedy:
-  the same tokens; sampled: the same distribution, the same draws).
+  the same tokens; sampled: the same distribution, the same draws), up to
+  rounding: a step of several rows adds in another order than a step of
+  one, which can turn a near tie the other way.
 - Paying for itself (`Gate`): at load the model's step times are measured
   for batches of 1 to 64 tokens (`measure`); a sequence drafts only as far
   as its expected accepted tokens are worth more than the extra rows cost

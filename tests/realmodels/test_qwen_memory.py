@@ -66,7 +66,12 @@ def answers(server: EngyServer) -> list[Any]:
 
 
 def served(path: Path, kv: str) -> tuple[list[Any], dict[str, Any]]:
-    server = EngyServer(str(path), "--ctx-size", "8192", "--parallel", "1", "-ctk", kv, "-ctv", kv)
+    # Drafting off: only the cache type differs between the two runs (drafts,
+    # timed at load, would add rounding of their own at near ties).
+    server = EngyServer(
+        str(path), "--ctx-size", "8192", "--parallel", "1", "-ctk", kv, "-ctv", kv,
+        "--speculative", "off",
+    )  # fmt: skip
     try:
         got = answers(server)
         status: dict[str, Any] = httpx.get(server.url + "/engy/ps").json()["models"][0]
