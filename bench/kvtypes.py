@@ -3,11 +3,16 @@ beside llama-server with the same -ctk/-ctv, and the KV memory each
 allocated (llama.cpp's own `llama_kv_cache: size`: engy ps, llama-server's log).
 
     LLAMA_SERVER=$(bench/build_llama_server.sh) .venv/bin/python bench/kvtypes.py \\
-        --model ~/.cache/engy/real-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+        --model ~/.cache/engy/real-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \\
+        --llama-server "$(bench/build_llama_server.sh --engine 0.3.36)"
 
-Both servers get one sequence of --ctx-size tokens, flash attention on (a
+Each --llama-server (and $LLAMA_SERVER) joins the run: beside the newest
+llama.cpp, one built from engy's own engine tells engy's work apart from
+llama.cpp's version.
+
+Every server gets one sequence of --ctx-size tokens, flash attention on (a
 quantized V needs it; f16 runs with it too, so the types compare alone) and
-the same threads; each type starts a fresh pair, both loaded, taking turns
+the same threads; each type starts fresh servers, all loaded, taking turns
 request by request. Per type: the median of --rounds rounds of a prompt of
 --prompt tokens that nothing has cached (prefill tokens/s), then --decode
 tokens of free text (decode tokens/s); "paired" is the median of each
@@ -45,10 +50,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--types", nargs="+", default=list(TYPES), help="cache types to run")
+    parser.add_argument(
+        "--llama-server", action="append", default=[], help="another llama-server to run beside"
+    )
     args = parser.parse_args()
-    binary = os.environ.get("LLAMA_SERVER")
+    binaries = [b for b in [os.environ.get("LLAMA_SERVER"), *args.llama_server] if b]
     logs = Path(tempfile.mkdtemp(prefix="kvtypes-"))
-    rows: list[tuple[str, str, float, float | None, float | None]] = []
+    rows: list[tuple[str, str, float, list[tuple[float, float]]]] = []
     for kv in args.types:
         types = ["--cache-type-k", kv, "--cache-type-v", kv]
         servers = [
@@ -58,7 +66,7 @@ def main() -> None:
             )
         ]  # fmt: skip
         try:
-            if binary:
+            for binary in binaries:
                 # -lv 4: its KV size line; -ngl 999: every layer, as engy's
                 # auto, where there is a GPU
                 extra = ["-fa", "on", "-lv", "4", "-ngl", "999", *types]
@@ -78,32 +86,38 @@ def main() -> None:
                 }
                 for got in runs
             ]
-            # Each round's engy/llama ratio, paired: the VM's slow spells
-            # move both servers' figures of one round alike.
-            paired = {
-                metric: statistics.median(
-                    [a[k] / b[k] for a, b in zip(*runs, strict=True) if b[k]] or [0.0]
-                )
-                for k, metric in enumerate(("prefill tok/s", "decode tok/s"))
-            } if binary else {}  # fmt: skip
             # llama.cpp's own figure, as engy ps shows it
             status = httpx.get(servers[0].url + "/engy/ps").json()["models"][0]
             figures[0]["KV MiB"] = status["kv_bytes"] / (1 << 20)
         finally:
             for server in servers:
                 server.stop()
-        if binary:
-            figures[1]["KV MiB"] = kv_mib(servers[1].log)
-        for metric in ("prefill tok/s", "decode tok/s", "KV MiB"):
-            other = figures[1][metric] if binary else None
-            rows.append((kv, metric, figures[0][metric], other, paired.get(metric)))
+        for server, theirs in zip(servers[1:], figures[1:], strict=True):
+            theirs["KV MiB"] = kv_mib(server.log)
+        for k, metric in enumerate(("prefill tok/s", "decode tok/s", "KV MiB")):
+            others = []
+            for i, theirs in enumerate(figures[1:], start=1):
+                # Each round's engy/llama ratio, paired: the VM's slow spells
+                # move the figures of one round alike.
+                paired = statistics.median(
+                    [a[k] / b[k] for a, b in zip(runs[0], runs[i], strict=True) if b[k]] or [0.0]
+                ) if k < 2 else 0.0  # fmt: skip
+                others.append((theirs[metric], paired))
+            rows.append((kv, metric, figures[0][metric], others))
     print(f"model {args.model.name}, window {args.ctx_size}, {args.threads} threads")
-    print(f"{'type':6}  {'metric':14}  {'engy':>9}  {'llama-server':>12}  engy/llama  paired")
-    for kv, metric, a, b, pair in rows:
-        ratio = f"{a / b:.2f}" if b else "-"
-        theirs = f"{b:12.1f}" if b is not None else f"{'-':>12}"
-        both = f"{pair:.2f}" if pair is not None else "-"
-        print(f"{kv:6}  {metric:14}  {a:9.1f}  {theirs}  {ratio:>10}  {both:>6}")
+    for i, binary in enumerate(binaries, start=1):
+        print(f"llama-server {i}: {binary}")
+    columns = "".join(
+        f"  {f'llama {i}':>9}  engy/llama  paired" for i in range(1, len(binaries) + 1)
+    )
+    print(f"{'type':6}  {'metric':14}  {'engy':>9}{columns}")
+    for kv, metric, a, others in rows:
+        line = f"{kv:6}  {metric:14}  {a:9.1f}"
+        for b, pair in others:
+            ratio = f"{a / b:.2f}" if b else "-"
+            both = f"{pair:.2f}" if pair else "-"
+            line += f"  {b:9.1f}  {ratio:>10}  {both:>6}"
+        print(line)
 
 
 if __name__ == "__main__":
