@@ -92,6 +92,33 @@ def test_q8_0_halves_the_kv_cache_llama_cpp_allocates(moe: Path, q8: EngyServer)
     assert "KV cache  q8_0" in q8.output()  # the banner says it
 
 
+def test_a_64k_window_in_half_the_kv_memory_reads_a_prompt_past_32k() -> None:
+    """What an agent on a laptop asks for: a 64k window whose KV cache takes
+    half of f16's, filled past 32k tokens (the usual default) and answered.
+    The same tiny MoE, its own window 64k."""
+    if reason := fixtures_missing_reason("qwen35", "Qwen-Qwen3-0.6B.jinja"):
+        pytest.skip(reason)
+    from support.hybrid import hybrid_gguf_cached
+
+    long = hybrid_gguf_cached(CACHE / "ggufs", arch="qwen3moe", context_length=65536)
+    window = ("--ctx-size", "65536", "--parallel", "1", "--cache-ram", "0")
+    f16 = EngyServer(str(long), *window)
+    try:
+        full = ps(f16)
+    finally:
+        f16.stop()
+    q8_0 = EngyServer(str(long), *window, "-ctk", "q8_0", "-ctv", "q8_0")
+    try:
+        half = ps(q8_0)
+        assert half["context_length"] == full["context_length"] == 65536
+        assert half["kv_bytes"] / full["kv_bytes"] == pytest.approx(34 / 64, rel=0.02)
+        notes = "\n".join(f"note {i}: keep {i * 37 % 100}" for i in range(2900))  # 33.7k tokens
+        text, cached, evaluated = messages(q8_0, [{"role": "user", "content": notes + "\n7?"}])
+        assert text and cached + evaluated > 32768
+    finally:
+        q8_0.stop()
+
+
 def test_a_quantized_cache_survives_a_restart_and_never_restores_into_another_type(
     moe: Path, tmp_path: Path
 ) -> None:
