@@ -367,6 +367,7 @@ def prefill(asks: list[Ask], quick: bool) -> list[dict[str, float]]:
     machine's speed drifts by 10% and more within minutes; interleaving
     puts both servers under the same drift."""
     sizes = (1500, 6000) if quick else (3000, 19000)
+    named = [f"prefill ~{size / 1000:g}k" for size in sizes]
 
     def one(ask: Ask) -> list[Run]:
         # a new start each run: nothing cached
@@ -376,7 +377,6 @@ def prefill(asks: list[Ask], quick: bool) -> list[dict[str, float]]:
 
     figures = []
     for runs in take_turns(asks, 1 if quick else 3, one):
-        named = [f"prefill ~{size / 1000:g}k" for size in sizes]
         speed = {
             f"{n} tok/s": statistics.median(r[k].prefill for r in runs) for k, n in enumerate(named)
         }

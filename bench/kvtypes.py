@@ -30,10 +30,9 @@ from pathlib import Path
 
 import httpx
 
-from bench import ask_engy, ask_llama, fresh_round, start_engy, start_llama, take_turns
+from bench import STORY, ask_engy, ask_llama, fresh_round, start_engy, start_llama, take_turns
 
 TYPES = ("f16", "q8_0", "q4_0")
-STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 _KV = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB")
 
 

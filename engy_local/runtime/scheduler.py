@@ -50,12 +50,8 @@ class Scheduler:
         self.model = model
         # A recurrent state can take a draft back only from llama.cpp's
         # snapshots of it (dropped again if drafts do not pay: _gate).
-        drafts = model.speculative != "off"
-        self.ctx = Context(
-            model,
-            rollback=model.draft_max if drafts else 0,
-            outputs=_outputs(model.parallel, model.draft_max if drafts else 0),
-        )
+        draft_max = model.draft_max if model.speculative != "off" else 0
+        self.ctx = Context(model, rollback=draft_max, outputs=_outputs(model.parallel, draft_max))
         self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.disk = disk
         self.prefixes = Prefixes(model, self.ctx, self.slots, disk)

@@ -24,13 +24,17 @@ NOTES = "\n".join(f"note {i}: keep {i * 37 % 100}" for i in range(120))
 FIRST = [{"role": "user", "content": NOTES + "\nnote 7?"}]
 
 
-@pytest.fixture(scope="module")
-def moe() -> Path:
+def tiny_moe(**kwargs: Any) -> Path:
     if reason := fixtures_missing_reason("qwen35", "Qwen-Qwen3-0.6B.jinja"):
         pytest.skip(reason)
     from support.hybrid import hybrid_gguf_cached
 
-    return hybrid_gguf_cached(CACHE / "ggufs", arch="qwen3moe")
+    return hybrid_gguf_cached(CACHE / "ggufs", arch="qwen3moe", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def moe() -> Path:
+    return tiny_moe()
 
 
 def ps(server: EngyServer) -> dict[str, Any]:
@@ -96,11 +100,7 @@ def test_a_64k_window_in_half_the_kv_memory_reads_a_prompt_past_32k() -> None:
     """What an agent on a laptop asks for: a 64k window whose KV cache takes
     half of f16's, filled past 32k tokens (the usual default) and answered.
     The same tiny MoE, its own window 64k."""
-    if reason := fixtures_missing_reason("qwen35", "Qwen-Qwen3-0.6B.jinja"):
-        pytest.skip(reason)
-    from support.hybrid import hybrid_gguf_cached
-
-    long = hybrid_gguf_cached(CACHE / "ggufs", arch="qwen3moe", context_length=65536)
+    long = tiny_moe(context_length=65536)
     window = ("--ctx-size", "65536", "--parallel", "1", "--cache-ram", "0")
     f16 = EngyServer(str(long), *window)
     try:
