@@ -67,12 +67,12 @@ def free_port() -> int:
 
 
 def default_model() -> Path:
-    """gemma-3-270m from its PyPI package, as `engy serve` finds it."""
+    """The pretrained gemma-3-270m (sliding window) from its wheels, as
+    `engy serve gemma-3-270m-base` finds it: the bench's model of record."""
     from engy_local.models.catalog import load_catalog
-    from engy_local.models.store import locate
+    from engy_local.models.embedded import locate
 
-    catalog = load_catalog()
-    return locate(catalog.entries[catalog.default])
+    return locate(load_catalog().entries["gemma-3-270m-base"])
 
 
 def cpu_reports_amx() -> bool:

@@ -23,16 +23,32 @@ def engy_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-@pytest.fixture(scope="session")
-def gemma_path(engy_home: Path) -> Path:
-    """The real gemma-3-270m GGUF from its PyPI package, as `engy serve`
-    finds it by default."""
+GEMMA = "gemma-3-270m-base"
+
+
+def _embedded(engy_home: Path, model_id: str) -> Path:
     os.environ["ENGY_HOME"] = str(engy_home)
     from engy_local.models.catalog import load_catalog
-    from engy_local.models.store import locate
+    from engy_local.models.embedded import locate
 
-    catalog = load_catalog()
-    return locate(catalog.entries[catalog.default])
+    return locate(load_catalog().entries[model_id])
+
+
+@pytest.fixture(scope="session")
+def gemma_path(engy_home: Path) -> Path:
+    """The real pretrained gemma-3-270m GGUF (a base model with a sliding
+    window) from its wheels on the package index, as `engy serve GEMMA`
+    finds it."""
+    return _embedded(engy_home, GEMMA)
+
+
+@pytest.fixture(scope="session")
+def default_path(engy_home: Path) -> Path:
+    """The default model (Qwen2.5-Coder-0.5B-Instruct) from its wheels, as
+    `engy serve` with no MODEL finds it."""
+    from engy_local.models.catalog import load_catalog
+
+    return _embedded(engy_home, load_catalog().default)
 
 
 @pytest.fixture(scope="session")
@@ -58,8 +74,16 @@ def tiny_answer() -> Path:
 
 @pytest.fixture(scope="session")
 def gemma_server(gemma_path: Path, engy_home: Path) -> Iterator[EngyServer]:
+    """`engy serve gemma-3-270m-base`: the sliding-window model."""
+    server = EngyServer(GEMMA, home=engy_home)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def default_server(default_path: Path, engy_home: Path) -> Iterator[EngyServer]:
     """`engy serve` with no MODEL argument, exactly as a user runs it: the
-    catalog's default model."""
+    catalog's default model (and what else the store holds)."""
     server = EngyServer(None, home=engy_home)
     yield server
     server.stop()

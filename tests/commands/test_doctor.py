@@ -65,11 +65,11 @@ def test_doctor_passes_on_a_tiny_model(tiny_qwen3: Path) -> None:
     assert "compacts at about 67k" in window.fix
 
 
-def test_doctor_passes_on_the_default_model(gemma_path: Path) -> None:
+def test_doctor_passes_on_the_default_model(default_path: Path) -> None:
     report, checks = doctor(None)
     assert_model_checks_pass(report, checks)
-    assert report.model == "gemma-3-270m"
-    assert checks["tool-call family"].figure.startswith("generic")
+    assert report.model == "qwen2.5-coder:0.5b"
+    assert checks["tool-call family"].figure.startswith("hermes")
 
 
 def doctor_cli(model: Path) -> tuple[int, dict[str, Check], str]:

@@ -22,7 +22,7 @@ REPO_ROOT = REPO
 
 def test_the_shipped_catalog_parses_and_every_entry_is_complete() -> None:
     catalog = parse_catalog((REPO_ROOT / "models.toml").read_text())
-    assert catalog.default == "gemma-3-270m"
+    assert catalog.default == "qwen2.5-coder:0.5b"
     assert len(catalog.entries) >= 30
     for entry in catalog.entries.values():
         where = entry.id
@@ -81,7 +81,7 @@ def test_engy_catalog_adds_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("ENGY_CATALOG", str(extra))
     catalog = load_catalog()
     assert catalog.find("mine:1b") is not None and catalog.find("qwen3-coder:30b") is not None
-    assert catalog.default == "gemma-3-270m"
+    assert catalog.default == "qwen2.5-coder:0.5b"
 
 
 def test_split_parts_and_quant_names() -> None:

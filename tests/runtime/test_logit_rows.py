@@ -33,7 +33,7 @@ def served(gemma_path: Path) -> ServedModel:
     from engy_local.server.backends import resolve_model
     from engy_local.server.options import ServeOptions
 
-    return resolve_model(None, ServeOptions(ctx_size=2048))
+    return resolve_model("gemma-3-270m-base", ServeOptions(ctx_size=2048))
 
 
 @pytest.fixture(scope="module")

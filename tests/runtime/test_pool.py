@@ -19,10 +19,11 @@ from support.server import EngyServer
 
 http = httpx.Client(timeout=120)
 HI = [{"role": "user", "content": "Hi"}]
+DEFAULT = "qwen2.5-coder:0.5b"
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Path:
+def home(tmp_path_factory: pytest.TempPathFactory, default_path: Path) -> Path:
     """A store holding the default model and two tiny models imported by
     reference with `engy pull PATH`."""
     return tmp_path_factory.mktemp("engy-home")
@@ -59,7 +60,7 @@ def test_serves_the_default_and_every_pulled_model(
     server: EngyServer, tiny_answer: Path, tiny_qwen3: Path
 ) -> None:
     ids = _ids(server)
-    assert ids[0] == "gemma-3-270m"
+    assert ids[0] == "qwen2.5-coder:0.5b"
     assert tiny_answer.stem in ids and tiny_qwen3.stem in ids
 
 
@@ -79,7 +80,7 @@ def _consecutive(client: anthropic.Anthropic, tiny_answer: Path, tiny_qwen3: Pat
         b = client.messages.create(model=tiny_qwen3.stem, max_tokens=5, messages=HI)
         assert b.model == tiny_qwen3.stem
         assert b.content[0].text != ANSWER  # type: ignore[union-attr]
-    g = client.messages.create(model="gemma-3-270m", max_tokens=3, messages=HI)
+    g = client.messages.create(model=DEFAULT, max_tokens=3, messages=HI)
     assert g.usage.output_tokens > 0
     # The file name serves too.
     r = client.messages.create(model=tiny_answer.name, max_tokens=20, messages=HI)
@@ -102,7 +103,7 @@ def test_unknown_model_is_404_in_both_formats(server: EngyServer) -> None:
         ({"min_context": 10_000_000}, "provider.min_context"),
         ({"gpu": True}, "provider.gpu"),
         ({"only": ["some-other-model"]}, "provider.only"),
-        ({"ignore": ["gemma-3-270m"]}, "provider.ignore"),
+        ({"ignore": [DEFAULT]}, "provider.ignore"),
     ],
 )
 def test_unmet_provider_requirements_are_503_in_both_formats(
@@ -113,7 +114,7 @@ def test_unmet_provider_requirements_are_503_in_both_formats(
         pytest.raises(anthropic.APIStatusError) as err,
     ):
         client.messages.create(
-            model="gemma-3-270m", max_tokens=3, messages=HI, extra_body={"provider": provider}
+            model=DEFAULT, max_tokens=3, messages=HI, extra_body={"provider": provider}
         )
     assert err.value.status_code == 503
     body = err.value.body
@@ -124,22 +125,22 @@ def test_unmet_provider_requirements_are_503_in_both_formats(
         openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as oai,
         pytest.raises(openai.InternalServerError) as oerr,
     ):
-        oai.responses.create(model="gemma-3-270m", input="Hi", extra_body={"provider": provider})
+        oai.responses.create(model=DEFAULT, input="Hi", extra_body={"provider": provider})
     assert oerr.value.status_code == 503
     assert failed in oerr.value.message
 
 
 def test_met_provider_requirements_serve(server: EngyServer) -> None:
     provider = {
-        "only": ["gemma-3-270m"],
+        "only": [DEFAULT],
         "quantizations": ["Q4_K_M"],
         "min_context": 1024,
         "gpu": False,
         "future_key": {"ignored": True},
     }
-    body = {"model": "gemma-3-270m", "max_tokens": 3, "messages": HI, "provider": provider}
+    body = {"model": DEFAULT, "max_tokens": 3, "messages": HI, "provider": provider}
     assert http.post(server.url + "/v1/messages", json=body).status_code == 200
-    body = {"model": "gemma-3-270m", "max_output_tokens": 16, "input": "Hi", "provider": provider}
+    body = {"model": DEFAULT, "max_output_tokens": 16, "input": "Hi", "provider": provider}
     assert http.post(server.url + "/v1/responses", json=body).status_code == 200
 
 
@@ -148,17 +149,17 @@ def test_met_provider_requirements_serve(server: EngyServer) -> None:
     [{"min_context": "big"}, {"gpu": "yes"}, {"only": "gemma"}, {"quantizations": [4]}, "fast"],
 )
 def test_provider_with_wrong_types_is_400(server: EngyServer, provider: object) -> None:
-    body = {"model": "gemma-3-270m", "max_tokens": 3, "messages": HI, "provider": provider}
+    body = {"model": DEFAULT, "max_tokens": 3, "messages": HI, "provider": provider}
     r = http.post(server.url + "/v1/messages", json=body)
     assert r.status_code == 400 and "provider" in r.json()["error"]["message"]
-    body = {"model": "gemma-3-270m", "input": "Hi", "provider": provider}
+    body = {"model": DEFAULT, "input": "Hi", "provider": provider}
     r = http.post(server.url + "/v1/responses", json=body)
     assert r.status_code == 400 and r.json()["error"]["param"].startswith("provider")
 
 
 def test_responses_input_tokens_counts_exactly(server: EngyServer) -> None:
     with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as oai:
-        kwargs = {"model": "gemma-3-270m", "instructions": "Be brief.", "input": "Count me."}
+        kwargs = {"model": DEFAULT, "instructions": "Be brief.", "input": "Count me."}
         counted = oai.responses.input_tokens.count(**kwargs)  # type: ignore[arg-type]
         r = oai.responses.create(max_output_tokens=16, **kwargs)  # type: ignore[arg-type]
     assert r.usage is not None

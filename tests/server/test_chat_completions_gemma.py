@@ -21,7 +21,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from support.images import RED, b64, png
 from support.server import EngyServer
 
-MODEL = "gemma-3-270m"
+MODEL = "gemma-3-270m-base"
 TIMEOUT = 180  # this machine is small and noisy: never timed assertions
 http = httpx.Client(timeout=TIMEOUT)
 QUESTION = "Write one short sentence about the sea."
@@ -58,8 +58,8 @@ def test_non_streaming_completion(client: openai.OpenAI) -> None:
 
 
 def test_model_is_echoed_as_sent(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model="google/gemma-3-270m", messages=ASK, max_tokens=2)
-    assert r.model == "google/gemma-3-270m"
+    r = client.chat.completions.create(model="google/gemma-3-270m-base", messages=ASK, max_tokens=2)
+    assert r.model == "google/gemma-3-270m-base"
 
 
 def test_streaming_equals_the_non_streaming_text_and_reports_usage(client: openai.OpenAI) -> None:
@@ -371,7 +371,9 @@ def test_unknown_model_is_404_naming_the_served(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as err:
         client.chat.completions.create(model="test", messages=ASK)
     assert err.value.code == "model_not_found"
-    assert "served here: gemma-3-270m" in err.value.message and "engy pull" in err.value.message
+    assert (
+        "served here: gemma-3-270m-base" in err.value.message and "engy pull" in err.value.message
+    )
 
 
 def test_models_list_has_the_model(client: openai.OpenAI) -> None:

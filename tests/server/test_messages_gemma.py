@@ -13,7 +13,7 @@ import httpx
 import pytest
 from support.server import EngyServer
 
-MODEL = "gemma-3-270m"
+MODEL = "gemma-3-270m-base"
 # This machine is small and noisy: generous timeouts, never timed assertions
 # on single requests.
 http = httpx.Client(timeout=120)
@@ -46,8 +46,8 @@ def test_non_streaming_message(client: anthropic.Anthropic) -> None:
 
 
 def test_vendor_prefix_is_ignored_and_model_echoed(client: anthropic.Anthropic) -> None:
-    msg = client.messages.create(model="google/gemma-3-270m", max_tokens=3, messages=HELLO)
-    assert msg.model == "google/gemma-3-270m"
+    msg = client.messages.create(model="google/gemma-3-270m-base", max_tokens=3, messages=HELLO)
+    assert msg.model == "google/gemma-3-270m-base"
 
 
 def test_streaming_final_message_equals_streamed_text(client: anthropic.Anthropic) -> None:

@@ -23,7 +23,7 @@ from support.images import RED, png
 from support.paths import FIXTURES
 from support.server import EngyServer
 
-GEMMA = "gemma-3-270m"
+GEMMA = "gemma-3-270m-base"
 SESSION = "d346981d-9db4-4d3d-8a26-134f6bfb6d44"
 CLAUDE_HEADERS = {
     "user-agent": "claude-cli/2.1.332 (external, cli)",

@@ -87,7 +87,7 @@ def prefill_log(server: EngyServer) -> list[str]:
 
 
 def test_a_resent_prompt_joins_the_read_in_progress(gemma_path: Path, engy_home: Path) -> None:
-    server = EngyServer(None, "--parallel", "2", home=engy_home)
+    server = EngyServer("gemma-3-270m-base", "--parallel", "2", home=engy_home)
     body = {
         "model": model_id(server),
         "max_tokens": 8,

@@ -10,7 +10,8 @@ from pathlib import Path
 from support.server import free_port
 from support.terminal import serve_banner
 
-LAST = "model gemma-3-270m"  # the banner's last line ends with it
+DEFAULT = "qwen2.5-coder:0.5b"
+LAST = f"model {DEFAULT}"  # the banner's last line ends with it
 # What llama.cpp printed raw before the banner, before engy took its log.
 RAW = ("control-looking token", "n_ctx_seq", "llama_context", "load_tensors", "print_info")
 
@@ -23,12 +24,16 @@ def banner(text: str) -> list[str]:
 
 
 def test_banner_fits_80_columns_and_leads_with_engy_launch(
-    gemma_path: Path, engy_home: Path
+    default_path: Path, engy_home: Path
 ) -> None:
     port = free_port()
     text = serve_banner("--port", str(port), home=engy_home, until=LAST)
     lines = banner(text)
-    assert lines[0] == "engy serving gemma-3-270m (gemma-3-270m-q4_k_m.gguf)", text
+    assert lines[0] == f"engy serving {DEFAULT} (qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)", text
+    # What the starter is, and what to pull for real work, come first.
+    assert lines[1].startswith("  starter   a 0.5B coding model"), text
+    assert lines[2].startswith("            For real work here (about "), text
+    assert lines[3].startswith("            engy pull qwen3"), text
     too_long = [line for line in lines if len(line) > 80]
     assert not too_long, text
     url = f"http://127.0.0.1:{port}"
@@ -36,7 +41,7 @@ def test_banner_fits_80_columns_and_leads_with_engy_launch(
     assert f"  Claude Code   engy launch claude --port {port}" in lines, text
     assert f"  Codex         engy launch codex --port {port}" in lines, text
     assert f"  other tools   base URL {url}/v1" in lines, text
-    assert "                model gemma-3-270m" in lines, text
+    assert f"                model {DEFAULT}" in lines, text
     assert f"  url       {url}" in lines, text
     assert any("/v1/chat/completions" in line for line in lines), text
     assert not any("ANTHROPIC_BASE_URL" in line for line in lines), text
@@ -46,9 +51,9 @@ def test_banner_fits_80_columns_and_leads_with_engy_launch(
         assert raw not in text, text
 
 
-def test_verbose_shows_llama_cpps_lines(gemma_path: Path, engy_home: Path) -> None:
+def test_verbose_shows_llama_cpps_lines(default_path: Path, engy_home: Path) -> None:
     text = serve_banner("--port", str(free_port()), "--verbose", home=engy_home, until=LAST)
     assert "llama.cpp load: control-looking token:" in text, text[-4000:]
     assert "llama.cpp llama_context: n_ctx_seq (131072) > n_ctx_train (32768)" in text
-    assert "loaded gemma-3-270m" in text  # engy's own load line too
-    assert banner(text)[0].startswith("engy serving gemma-3-270m")
+    assert f"loaded {DEFAULT}" in text  # engy's own load line too
+    assert banner(text)[0].startswith(f"engy serving {DEFAULT}")

@@ -336,6 +336,10 @@ def run_chat(options: ChatOptions, console: Console) -> int:
     """`engy chat`: load or connect, then talk until Ctrl-D. The exit code."""
     where = options.url or options.model or "the default model"
     try:
+        if not options.url:
+            from ...models.embedded import ready
+
+            ready(options.model, console)  # the default's first start: a bar while it is assembled
         with console.status(f"{'connecting to' if options.url else 'loading'} {where}..."):
             backend, info = open_backend(options, options.model)
     except USER_ERRORS as exc:
