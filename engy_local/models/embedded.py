@@ -112,7 +112,7 @@ def _write(entry: Entry, sources: list[Path], target: Path, progress: Progress |
     if progress is not None:
         if not progress.live.is_started:
             progress.start()
-        task = progress.add_task(f"assembling {entry.file}", total=total)
+        task = progress.add_task(f"assembling {entry.id}", total=total)
     digest = hashlib.sha256()
     try:
         with partial.open("wb") as out:

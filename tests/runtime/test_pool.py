@@ -47,7 +47,7 @@ def server(home: Path, tiny_answer: Path, tiny_qwen3: Path) -> Iterator[EngyServ
     # A budget that holds one model at a time (with its RAM cache): serving
     # another unloads the idle one first. Each one's weights and KV cache
     # fit it alone, or the server would refuse to start.
-    s = EngyServer(None, "--ctx-size", "2048", "--memory-budget", "0.5", home=home)
+    s = EngyServer(None, "--ctx-size", "2048", "--memory-budget", "0.6", home=home)
     yield s
     s.stop()
 
