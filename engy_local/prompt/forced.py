@@ -83,12 +83,21 @@ def json_answer_grammar(
     A schema whose rules come out over MAX_TOOL_GRAMMAR characters takes
     any object instead. `reasoning` as for `forced_call_grammar`."""
     rules: dict[str, str] = {}
-    root = value_rules(OBJECT if schema is None else schema, "j-", rules)
-    if _size(rules) > MAX_TOOL_GRAMMAR:
-        rules = {}
-        root = value_rules(OBJECT, "j-", rules)
-    rules["answer"] = root
+    rules["answer"] = bounded_answer(schema, "j-", rules)
     return grammar_text(rules, "answer", family, reasoning, "response_format", "the JSON grammar")
+
+
+def bounded_answer(schema: dict[str, object] | None, prefix: str, rules: dict[str, str]) -> str:
+    """Adds the rules of one JSON value following `schema` (None: any
+    object; any object too where its rules would be over MAX_TOOL_GRAMMAR
+    characters); returns the root rule's name."""
+    own: dict[str, str] = {}
+    root = value_rules(OBJECT if schema is None else schema, prefix, own)
+    if _size(own) > MAX_TOOL_GRAMMAR:
+        own = {}
+        root = value_rules(OBJECT, prefix, own)
+    rules.update(own)
+    return root
 
 
 def grammar_text(
@@ -98,7 +107,7 @@ def grammar_text(
     prompt opened when `reasoning`."""
     if reasoning:
         rules.update(until(family.reasoning_end, "reasoning"))
-        rules["root"] = f"reasoning-0 [ \\t\\n]? [ \\t\\n]? {start}"
+        rules["root"] = f"reasoning-0 [ \\t\\n]? [ \\t\\n]? ({start})"
     else:
         rules["root"] = start
     grammar = "\n".join(f"{name} ::= {body}" for name, body in rules.items()) + "\n"
