@@ -376,7 +376,7 @@ class Figures:
     free_rates: list[float] | None = None
 
 
-def run(ask: Ask, cases: list[Case], free: bool) -> Figures:
+def run(ask: Ask, cases: list[Case], free: bool, dump: list[dict[str, Any]]) -> Figures:
     figures = Figures(rates=[], free_rates=[])
     assert figures.rates is not None and figures.free_rates is not None
     for i, case in enumerate(cases):
@@ -389,6 +389,7 @@ def run(ask: Ask, cases: list[Case], free: bool) -> Figures:
         except (ValueError, jsonschema.ValidationError):
             got = None
         right, total = fields_right(got, case.answer)
+        dump.append({"text": case.text, "answer": reply.text, "right": right, "of": total})
         figures.right += right
         figures.fields += total
         if reply.tokens >= 8:
@@ -406,7 +407,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--cases", type=int, default=len(CASES), help="the first N cases")
+    parser.add_argument(
+        "--endpoints", default="chat,messages,responses", help="engy's, comma-separated"
+    )
+    parser.add_argument("--no-free", action="store_true", help="no free-text requests")
+    parser.add_argument("--dump", type=Path, help="write every answer here (JSON)")
     args = parser.parse_args()
+    dump: list[dict[str, Any]] = []
     cases = CASES[: args.cases]
     logs = Path(tempfile.mkdtemp(prefix="structured-"))
     results: dict[str, Figures] = {}
@@ -414,10 +421,10 @@ def main() -> None:
         args.model, args.threads, logs, "--speculative", "off", "--ctx-size", "4096"
     )
     try:
-        for endpoint in ("chat", "messages", "responses"):
+        for endpoint in args.endpoints.split(","):
             ask = asker(server, endpoint, True, args.max_tokens)
             ask("Say hi.", None)  # warm up
-            results[f"engy {endpoint}"] = run(ask, cases, free=True)
+            results[f"engy {endpoint}"] = run(ask, cases, not args.no_free, dump)
     finally:
         server.stop()
     binary = os.environ.get("LLAMA_SERVER")
@@ -426,7 +433,7 @@ def main() -> None:
         try:
             for endpoint in ("chat", "responses"):
                 ask = asker(llama, endpoint, False, args.max_tokens)
-                results[f"llama-server {endpoint}"] = run(ask, cases, free=True)
+                results[f"llama-server {endpoint}"] = run(ask, cases, not args.no_free, dump)
         finally:
             llama.stop()
     n = len(cases)
@@ -441,6 +448,8 @@ def main() -> None:
             f"{name:22}  {f.valid:3}/{n:<3}  {100 * f.right / max(f.fields, 1):6.1f}%"
             f"  {rate:6.1f}  {free:6.1f}  {ratio:5.2f}"
         )
+    if args.dump:
+        args.dump.write_text(json.dumps(dump, indent=1))
     if not binary:
         print("llama-server: skipped (LLAMA_SERVER is not set: bench/build_llama_server.sh)")
 
