@@ -15,7 +15,9 @@ Held: without tools, or with tool_choice none, the answer is one JSON value
 call: the answer is either calls (in the family's syntax, or as the JSON
 objects small models write, as autocall.py reads them) or the JSON value;
 no free text stands before a call. With a forced call (any, tool) the
-answer is the call and the format does not apply.
+answer is the call and the format does not apply. A request that asks for
+thinking thinks first: the grammar lets a reasoning block come before the
+JSON (prepare.thinks_first); otherwise thinking is off under a format.
 """
 
 from __future__ import annotations

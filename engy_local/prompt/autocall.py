@@ -82,19 +82,26 @@ def call_or_answer_grammar(
     schema: dict[str, object] | None,
     *,
     reasoning: bool = False,
+    may_think: bool = False,
 ) -> str:
     """A grammar (applied from the first token, not lazy) whose sentences
     are calls to `tools`, as under auto (the family's syntax, or the JSON
     objects small models write), or one JSON value following `schema`
     (None: any object): tools under auto with a response format.
-    `reasoning` as for `forced.forced_call_grammar`."""
+    `reasoning` and `may_think` as for `forced.json_answer_grammar`."""
     rules: dict[str, str] = {}
     _json_call_rules(tools, rules)
     starts = _family_rules(tools, family, rules)
     rules["answer"] = bounded_answer(schema, "a-", rules)
     starts += ["fenced", "jcalls", "answer"]
     return grammar_text(
-        rules, " | ".join(starts), family, reasoning, "tools", "the call-or-answer grammar"
+        rules,
+        " | ".join(starts),
+        family,
+        reasoning,
+        "tools",
+        "the call-or-answer grammar",
+        may_think=may_think,
     )
 
 

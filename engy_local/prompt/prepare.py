@@ -133,12 +133,12 @@ def json_answer(request: ChatRequest) -> bool:
     return request.json_output is not None and no_tools
 
 
-def held(request: ChatRequest) -> bool:
-    """Whether the answer is constrained from its first token: a forced
-    call, or a response format (a JSON answer, or with tools under auto a
-    call or a JSON answer: answerformat.py)."""
-    forced = request.tool_choice.mode in ("any", "tool") and bool(request.tools)
-    return forced or request.json_output is not None
+def thinks_first(request: ChatRequest) -> bool:
+    """Whether an answer in a response format may think first: only where
+    the request asks for thinking (the grammar then lets a reasoning block
+    come before the JSON); else thinking is off under a format, as under
+    a forced call."""
+    return request.json_output is not None and request.thinking is True
 
 
 def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool]:
@@ -183,8 +183,9 @@ def _switches(model: PromptModel, request: ChatRequest, forced: bool) -> dict[st
     """The template variables a request sets (thinking on or off)."""
     extra: dict[str, object] = {}
     # A forced call or JSON answer is constrained from the first token, so
-    # no thinking first.
-    thinking = False if forced or held(request) else request.thinking
+    # no thinking first, unless the request asks to think before its JSON.
+    held = forced or (request.json_output is not None and not thinks_first(request))
+    thinking = False if held else request.thinking
     switch = model.template.thinking_switch
     if thinking is not None and model.family.thinking is not None:
         extra.update(model.family.thinking(thinking))
@@ -273,6 +274,9 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     choice = request.tool_choice
     tools = () if choice.mode == "none" else request.tools
     grammar = None
+    # A thinking answer in a format: the JSON after a reasoning block the
+    # model opens (one the prompt opened is `in_thinking`).
+    may_think = thinks_first(request) and not in_thinking
     scaffold: list[int] = []
     chosen: tuple[ToolSpec, ...] = tools
     if forced:
@@ -285,13 +289,15 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     elif json_answer(request):
         assert request.json_output is not None
         schema = request.json_output.schema
-        grammar = json_answer_grammar(schema, family, reasoning=in_thinking)
+        grammar = json_answer_grammar(schema, family, reasoning=in_thinking, may_think=may_think)
     # Under auto, a call the model starts follows the same rules (lazily).
     lazy = None
     if tools and not forced and request.json_output is not None:
         # Calls, or the answer in its format (answerformat.py).
         schema = request.json_output.schema
-        grammar = call_or_answer_grammar(tools, family, schema, reasoning=in_thinking)
+        grammar = call_or_answer_grammar(
+            tools, family, schema, reasoning=in_thinking, may_think=may_think
+        )
     elif tools and not forced:
         after = family.reasoning_end if in_thinking else ""
         lazy = started_call_grammar(tools, family, after=after)

@@ -260,6 +260,17 @@ def test_json_answer_grammar_accepts_exactly_the_schema(
     assert vocab.accepts(gbnf, text) is ok
 
 
+def test_json_answer_after_a_reasoning_block_the_model_may_open(vocab: Vocab) -> None:
+    gbnf = json_answer_grammar(PERSON, get("hermes"), may_think=True)
+    assert check_grammar(gbnf)
+    assert vocab.accepts(gbnf, '<think>\nAnn, 7.\n</think>\n\n{"name": "Ann", "age": 7}')
+    assert vocab.accepts(gbnf, '{"name": "Ann", "age": 7}')  # or none
+    assert not vocab.accepts(gbnf, 'Hm.</think>\n{"name": "Ann", "age": 7}')
+    assert not vocab.accepts(gbnf, '<think>Ann</think>\n{"name": "Ann"}')
+    mistral = json_answer_grammar(PERSON, get("mistral"), may_think=True)
+    assert vocab.accepts(mistral, '[THINK]Ann.[/THINK]{"name": "Ann", "age": 7}')
+
+
 def test_json_answer_after_reasoning_and_in_plain_json_for_every_family(vocab: Vocab) -> None:
     gbnf = json_answer_grammar(PERSON, get("hermes"), reasoning=True)
     assert vocab.accepts(gbnf, 'Hm.</think>\n{"name": "A", "age": 1}')

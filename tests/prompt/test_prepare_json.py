@@ -1,8 +1,9 @@
 """A response format and a seed through `prepare`, on the real Qwen3
 template and vocabulary: the JSON grammar is in force exactly when no tool
 can be called, calls or the JSON answer with tools under auto, thinking is
-off under either, the model is told the format where the request does not
-say it, and the seed reaches the sampling parameters."""
+off under either unless asked for (then the JSON follows it), the model is
+told the format where the request does not say it, and the seed reaches
+the sampling parameters."""
 
 from __future__ import annotations
 
@@ -64,14 +65,23 @@ def test_which_grammar(qwen3: Vocabulary, request_: ChatRequest, grammar: str | 
     assert json_answer(request_) is (grammar == "json")
 
 
-def test_no_thinking_under_a_json_grammar(qwen3: Vocabulary) -> None:
+def test_no_thinking_under_a_json_grammar_unless_asked(qwen3: Vocabulary) -> None:
     # Qwen3's template writes an empty think block when thinking is off.
     free = render(qwen3, ask(thinking=True))[0].text
-    held = render(qwen3, ask(thinking=True, json_output=JsonOutput()))[0].text
+    held = render(qwen3, ask(json_output=JsonOutput()))[0].text
     assert "<think>\n\n</think>" not in free
     assert held.endswith("<think>\n\n</think>\n\n")
-    with_tools = ask(thinking=True, json_output=JsonOutput(), tools=(LS,))
+    with_tools = ask(json_output=JsonOutput(), tools=(LS,))
     assert render(qwen3, with_tools)[0].text.endswith("<think>\n\n</think>\n\n")
+    assert "<think>" not in (prepare(qwen3, ask(json_output=JsonOutput()), 64).params.grammar or "")
+    # Asked to think, it thinks first: the JSON follows the block it opens.
+    for request in (
+        ask(thinking=True, json_output=JsonOutput()),
+        ask(thinking=True, json_output=JsonOutput(), tools=(LS,)),
+    ):
+        assert "<think>\n\n</think>" not in render(qwen3, request)[0].text
+        grammar = prepare(qwen3, request, 64).params.grammar
+        assert grammar is not None and '("<think>" reasoning-0' in grammar
 
 
 def test_the_model_is_told_the_schema_once(qwen3: Vocabulary) -> None:
