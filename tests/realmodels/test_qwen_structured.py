@@ -253,3 +253,21 @@ def test_a_keyword_the_grammar_cannot_hold_is_looser_not_an_error(server: EngySe
     assert r.status_code == 200, r.text
     answer = json.loads(r.json()["choices"][0]["message"]["content"])
     assert isinstance(answer["year"], int) and isinstance(answer["code"], str)
+
+
+def test_a_malformed_format_is_a_400_in_each_apis_format(server: EngyServer) -> None:
+    model = model_id(server)
+    hi = [{"role": "user", "content": "hi"}]
+    m = httpx.post(
+        server.url + "/v1/messages",
+        json={"model": model, "max_tokens": 8, "messages": hi, "output_config": {"format": {}}},
+    )
+    assert m.status_code == 400
+    assert m.json()["type"] == "error"
+    assert m.json()["error"]["message"].startswith("output_config.format.type")
+    r = httpx.post(
+        server.url + "/v1/responses",
+        json={"model": model, "input": "hi", "text": {"format": {"type": "json_schema"}}},
+    )
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "text.format.schema"
