@@ -139,8 +139,9 @@ class ChatRequest:
     # (Responses).
     overflow: Literal["shrink", "reject"] = "shrink"
     provider: Provider | None = None
-    # The answer is JSON (generation follows it as a grammar) when no tool
-    # can be called; None: free text.
+    # The answer's text is JSON (generation follows it as a grammar; with
+    # tools under auto the answer is calls or that JSON, a forced call wins);
+    # None: free text. prompt/answerformat.py.
     json_output: JsonOutput | None = None
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..chat import ToolSpec
 from .families import Family
-from .forced import MAX_CALLS, bounded_arguments, call_rules, grammar_text
+from .forced import MAX_CALLS, bounded_answer, bounded_arguments, call_rules, grammar_text
 from .gbnf import fixed_start, literal
 from .loosecalls import NAME_CHARS, spellings
 from .schema import JSON_SPACE
@@ -44,20 +44,9 @@ def started_call_grammar(
     if not tools:
         return None
     rules: dict[str, str] = {}
-    starts: list[str] = []
-    marker = ""
     names = _json_call_rules(tools, rules)
-    if family.json_call is not None:  # the JSON object inside, written freely
-        opening, closing = family.json_call
-        ws = "[ \\t\\n]{0,2}"
-        rules["call"] = f"{literal(opening)} {ws} jcall {ws} {literal(closing)}"
-    else:
-        with contextlib.suppress(ValueError):  # no call syntax of its own (generic, none)
-            rules.update(call_rules(tools, family))
-    if "call" in rules:
-        rules["family"] = f"call (jsep call){{0,{MAX_CALLS - 1}}} [ \\t\\n]{{0,2}}"
-        starts.append("family")
-        marker = _marker(rules)
+    starts = _family_rules(tools, family, rules)
+    marker = _marker(rules) if starts else ""
     starts += ["fenced", "jcalls", "stray"]
     gbnf = grammar_text(rules, " | ".join(starts), family, False, "tools", "the call grammar")
     # Each trigger matches only what the grammar accepts from the group's
@@ -85,6 +74,52 @@ def started_call_grammar(
     # the name among the tools would make that a call to the wrong tool.
     triggers += [f"{lead}({fence}{head})", f"{lead}({head})"]
     return LazyGrammar(gbnf, tuple(triggers), (marker,) if marker and not after else ())
+
+
+def call_or_answer_grammar(
+    tools: Sequence[ToolSpec],
+    family: Family,
+    schema: dict[str, object] | None,
+    *,
+    reasoning: bool = False,
+    may_think: bool = False,
+) -> str:
+    """A grammar (applied from the first token, not lazy) whose sentences
+    are calls to `tools`, as under auto (the family's syntax, or the JSON
+    objects small models write), or one JSON value following `schema`
+    (None: any object): tools under auto with a response format.
+    `reasoning` and `may_think` as for `forced.json_answer_grammar`."""
+    rules: dict[str, str] = {}
+    _json_call_rules(tools, rules)
+    starts = _family_rules(tools, family, rules)
+    rules["answer"] = bounded_answer(schema, "a-", rules)
+    starts += ["fenced", "jcalls", "answer"]
+    return grammar_text(
+        rules,
+        " | ".join(starts),
+        family,
+        reasoning,
+        "tools",
+        "the call-or-answer grammar",
+        may_think=may_think,
+    )
+
+
+def _family_rules(tools: Sequence[ToolSpec], family: Family, rules: dict[str, str]) -> list[str]:
+    """Adds the rule "family": calls in `family`'s own syntax, one or more;
+    returns ["family"], or [] where the family has no call syntax (generic,
+    none). Needs `_json_call_rules`' rules."""
+    if family.json_call is not None:  # the JSON object inside, written freely
+        opening, closing = family.json_call
+        ws = "[ \\t\\n]{0,2}"
+        rules["call"] = f"{literal(opening)} {ws} jcall {ws} {literal(closing)}"
+    else:
+        with contextlib.suppress(ValueError):  # no call syntax of its own (generic, none)
+            rules.update(call_rules(tools, family))
+    if "call" not in rules:
+        return []
+    rules["family"] = f"call (jsep call){{0,{MAX_CALLS - 1}}} [ \\t\\n]{{0,2}}"
+    return ["family"]
 
 
 def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[str]:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from ..chat import ToolSpec
 from ..errors import InvalidRequest
 from .families import Family, get
-from .gbnf import until
+from .gbnf import literal, until
 from .schema import JSON, OBJECT, Notation, arguments_rules, small, value_rules
 
 MAX_TOOL_GRAMMAR = 256 * 1024
@@ -76,29 +76,63 @@ def call_rules(tools: Sequence[ToolSpec], family: Family) -> dict[str, str]:
 
 
 def json_answer_grammar(
-    schema: dict[str, object] | None, family: Family, *, reasoning: bool = False
+    schema: dict[str, object] | None,
+    family: Family,
+    *,
+    reasoning: bool = False,
+    may_think: bool = False,
 ) -> str:
     """A grammar whose every sentence is one JSON value following `schema`
     (None: any object), in plain JSON whatever the family's call notation.
     A schema whose rules come out over MAX_TOOL_GRAMMAR characters takes
-    any object instead. `reasoning` as for `forced_call_grammar`."""
+    any object instead. `reasoning` as for `forced_call_grammar`;
+    `may_think`: a reasoning block the model opens itself may come first."""
     rules: dict[str, str] = {}
-    root = value_rules(OBJECT if schema is None else schema, "j-", rules)
-    if _size(rules) > MAX_TOOL_GRAMMAR:
-        rules = {}
-        root = value_rules(OBJECT, "j-", rules)
-    rules["answer"] = root
-    return grammar_text(rules, "answer", family, reasoning, "response_format", "the JSON grammar")
+    rules["answer"] = bounded_answer(schema, "j-", rules)
+    return grammar_text(
+        rules,
+        "answer",
+        family,
+        reasoning,
+        "response_format",
+        "the JSON grammar",
+        may_think=may_think,
+    )
+
+
+def bounded_answer(schema: dict[str, object] | None, prefix: str, rules: dict[str, str]) -> str:
+    """Adds the rules of one JSON value following `schema` (None: any
+    object; any object too where its rules would be over MAX_TOOL_GRAMMAR
+    characters); returns the root rule's name."""
+    own: dict[str, str] = {}
+    root = value_rules(OBJECT if schema is None else schema, prefix, own)
+    if _size(own) > MAX_TOOL_GRAMMAR:
+        own = {}
+        root = value_rules(OBJECT, prefix, own)
+    rules.update(own)
+    return root
 
 
 def grammar_text(
-    rules: dict[str, str], start: str, family: Family, reasoning: bool, param: str, what: str
+    rules: dict[str, str],
+    start: str,
+    family: Family,
+    reasoning: bool,
+    param: str,
+    what: str,
+    *,
+    may_think: bool = False,
 ) -> str:
     """The rules with their root: `start`, after the reasoning block the
-    prompt opened when `reasoning`."""
+    prompt opened when `reasoning`; after a reasoning block the model may
+    open itself (or none) when `may_think`."""
     if reasoning:
         rules.update(until(family.reasoning_end, "reasoning"))
-        rules["root"] = f"reasoning-0 [ \\t\\n]? [ \\t\\n]? {start}"
+        rules["root"] = f"reasoning-0 [ \\t\\n]? [ \\t\\n]? ({start})"
+    elif may_think:
+        rules.update(until(family.reasoning_end, "reasoning"))
+        opening = literal(family.reasoning_start)
+        rules["root"] = f"({opening} reasoning-0 [ \\t\\n]? [ \\t\\n]?)? ({start})"
     else:
         rules["root"] = start
     grammar = "\n".join(f"{name} ::= {body}" for name, body in rules.items()) + "\n"

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
-from .autocall import started_call_grammar
+from .answerformat import told
+from .autocall import call_or_answer_grammar, started_call_grammar
 from .families import Family
 from .forced import forced_call_grammar, json_answer_grammar
 from .gbnf import fixed_start
@@ -126,11 +127,18 @@ def new_call_id() -> str:
 
 
 def json_answer(request: ChatRequest) -> bool:
-    """Whether the answer is held to JSON by grammar: a response format was
-    asked for and no tool may be called (with tools on auto the model
-    chooses freely, and the format is not enforced)."""
+    """Whether the answer is held to JSON by grammar alone: a response
+    format was asked for and no tool may be called."""
     no_tools = not request.tools or request.tool_choice.mode == "none"
     return request.json_output is not None and no_tools
+
+
+def thinks_first(request: ChatRequest) -> bool:
+    """Whether an answer in a response format may think first: only where
+    the request asks for thinking (the grammar then lets a reasoning block
+    come before the JSON); else thinking is off under a format, as under
+    a forced call."""
+    return request.json_output is not None and request.thinking is True
 
 
 def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool]:
@@ -145,6 +153,8 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool
     forced = choice.mode in ("any", "tool") and bool(tools)
     extra = _switches(model, request, forced)
     conversation: Sequence[Message] = request.messages
+    if not forced:  # the model is told the format where the request does not say it
+        conversation = told(conversation, request.json_output)
     template_tools = to_template_tools(tools)
     if model.family.tools_as_text is not None:
         # The template cannot take tools: they (or only the calls) and
@@ -173,8 +183,9 @@ def _switches(model: PromptModel, request: ChatRequest, forced: bool) -> dict[st
     """The template variables a request sets (thinking on or off)."""
     extra: dict[str, object] = {}
     # A forced call or JSON answer is constrained from the first token, so
-    # no thinking first.
-    thinking = False if forced or json_answer(request) else request.thinking
+    # no thinking first, unless the request asks to think before its JSON.
+    held = forced or (request.json_output is not None and not thinks_first(request))
+    thinking = False if held else request.thinking
     switch = model.template.thinking_switch
     if thinking is not None and model.family.thinking is not None:
         extra.update(model.family.thinking(thinking))
@@ -263,6 +274,9 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     choice = request.tool_choice
     tools = () if choice.mode == "none" else request.tools
     grammar = None
+    # A thinking answer in a format: the JSON after a reasoning block the
+    # model opens (one the prompt opened is `in_thinking`).
+    may_think = thinks_first(request) and not in_thinking
     scaffold: list[int] = []
     chosen: tuple[ToolSpec, ...] = tools
     if forced:
@@ -275,10 +289,16 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
     elif json_answer(request):
         assert request.json_output is not None
         schema = request.json_output.schema
-        grammar = json_answer_grammar(schema, family, reasoning=in_thinking)
+        grammar = json_answer_grammar(schema, family, reasoning=in_thinking, may_think=may_think)
     # Under auto, a call the model starts follows the same rules (lazily).
     lazy = None
-    if tools and not forced:
+    if tools and not forced and request.json_output is not None:
+        # Calls, or the answer in its format (answerformat.py).
+        schema = request.json_output.schema
+        grammar = call_or_answer_grammar(
+            tools, family, schema, reasoning=in_thinking, may_think=may_think
+        )
+    elif tools and not forced:
         after = family.reasoning_end if in_thinking else ""
         lazy = started_call_grammar(tools, family, after=after)
         grammar = lazy.gbnf if lazy is not None else None

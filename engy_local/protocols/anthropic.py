@@ -30,13 +30,16 @@ from ..chat import (
 )
 from ..errors import EngyError, InvalidRequest
 from . import fields as f
+from .formats import messages_format
 from .images import ImageLimits, check_count, parse_image
 
 # Accepted and deliberately without effect locally: cache_control (the KV
 # cache is reused automatically), metadata, context_management,
-# output_config, service_tier, container, mcp_servers and the rest of the
-# SDK's optional fields; redacted_thinking, document and server-tool blocks.
-_IGNORED = ("metadata", "context_management", "output_config", "service_tier")
+# output_config.effort (reasoning is the model's own; output_config.format
+# is read, see formats.py), service_tier, container, mcp_servers and the
+# rest of the SDK's optional fields; redacted_thinking, document and
+# server-tool blocks.
+_IGNORED = ("metadata", "context_management", "service_tier")
 
 # Claude Code's first system block is an attribution line that may change
 # between requests; it means nothing to a local model and would spoil the
@@ -90,6 +93,7 @@ def parse_request(
         thinking=thinking,
         overflow="shrink",  # the contract: max_tokens is reduced to fit
         provider=f.provider(d.get("provider")),
+        json_output=messages_format(d),
     )
     stream = False if counting else f.boolean(d, "stream", "stream", False)
     return Parsed(chat, stream)

@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from ..chat import (
     ChatRequest,
-    JsonOutput,
     Message,
     Part,
     Sampling,
@@ -32,6 +31,7 @@ from ..chat import (
 )
 from ..errors import InvalidRequest
 from . import fields as f
+from .formats import chat_format
 from .images import ImageLimits, check_count, parse_data_url
 
 # Accepted and without effect: penalties and logit_bias (the sampler chain is
@@ -117,7 +117,7 @@ def parse_request(body: Any, *, images: ImageLimits | None = None) -> Completion
         # As llama-server and vLLM do: max_tokens is lowered to what fits.
         overflow="shrink",
         provider=f.provider(d.get("provider")),
-        json_output=_response_format(d.get("response_format")),
+        json_output=chat_format(d.get("response_format")),
     )
     return CompletionsRequest(chat, stream, include_usage, model)
 
@@ -350,27 +350,3 @@ def _thinking(d: dict[str, Any]) -> bool | None:
         return bool(enabled)
     effort = f.string(d, "reasoning_effort", "reasoning_effort", None)
     return False if effort == "none" else None
-
-
-def _response_format(value: Any) -> JsonOutput | None:
-    if value is None:
-        return None
-    fmt = f.obj(value, "response_format")
-    kind = f.string(fmt, "type", "response_format.type")
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return JsonOutput()
-    if kind == "json_schema":
-        spec = f.obj(
-            f.required(fmt, "json_schema", "response_format.json_schema"),
-            "response_format.json_schema",
-        )
-        schema = spec.get("schema")
-        if schema is None:
-            return JsonOutput()
-        return JsonOutput(f.obj(schema, "response_format.json_schema.schema"))
-    raise InvalidRequest(
-        f"response_format.type: expected text, json_object or json_schema, got {kind!r}",
-        "response_format.type",
-    )

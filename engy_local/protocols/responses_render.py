@@ -62,7 +62,7 @@ def envelope(
         "reasoning": {"effort": None, "summary": None},  # the request's had no effect
         "store": False,
         "temperature": echo.get("temperature"),
-        "text": {"format": {"type": "text"}},
+        "text": dict(echo.get("text", {"format": {"type": "text"}})),
         "tool_choice": echo.get("tool_choice", "auto"),
         "tools": list(echo.get("tools", [])),
         "top_p": echo.get("top_p"),

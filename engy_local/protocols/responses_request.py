@@ -25,16 +25,16 @@ from ..chat import ChatRequest, Message, Part, Sampling, Text, ToolCall, ToolCho
 from ..chat import ToolSpec as Spec
 from ..errors import InvalidRequest
 from . import fields
+from .formats import responses_format
 
 # Accepted and without effect: the endpoint is stateless (store,
 # previous_response_id, include, conversation), reasoning is the model's own,
-# the output is always plain text (text), and the rest is bookkeeping the
+# text.verbosity (text.format is read, see formats.py), and the rest is bookkeeping the
 # hosted API keeps (prompt_cache_key, client_metadata, user, service_tier, ...).
 _IGNORED = (
     "store",
     "previous_response_id",
     "reasoning",
-    "text",
     "prompt_cache_key",
     "include",
     "client_metadata",
@@ -71,7 +71,7 @@ class ResponsesRequest:
     # Request fields the Response object echoes: model (as sent),
     # instructions, max_output_tokens (effective), temperature, top_p, tools
     # (those offered to the model, as sent), tool_choice (as sent),
-    # parallel_tool_calls, metadata.
+    # parallel_tool_calls, text (its format), metadata.
     echo: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -108,6 +108,7 @@ def parse_request(body: Any, max_output_cap: int | None = None) -> ResponsesRequ
     if not any(m.role != "system" for m in messages):
         raise InvalidRequest("input: no message to answer", param="input")
 
+    json_output, text_format = responses_format(d)
     chat = ChatRequest(
         model=model,
         messages=tuple(messages),
@@ -118,6 +119,7 @@ def parse_request(body: Any, max_output_cap: int | None = None) -> ResponsesRequ
         # without max_output_tokens generation may use the rest of the window.
         overflow="reject" if asked is not None else "shrink",
         provider=fields.provider(d.get("provider")),
+        json_output=json_output,
     )
     metadata = d.get("metadata")
     echo = {
@@ -129,6 +131,7 @@ def parse_request(body: Any, max_output_cap: int | None = None) -> ResponsesRequ
         "tools": offered,
         "tool_choice": d.get("tool_choice") or "auto",
         "parallel_tool_calls": parallel,
+        "text": {"format": text_format},
         "metadata": (
             metadata
             if isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())

@@ -16,7 +16,7 @@ import pytest
 from support.grammar import CLIENTS, FIXTURES, Vocab, captured_tools
 
 from engy_local.chat import ToolSpec
-from engy_local.prompt.autocall import LazyGrammar, started_call_grammar
+from engy_local.prompt.autocall import LazyGrammar, call_or_answer_grammar, started_call_grammar
 from engy_local.prompt.families import get, registry
 from engy_local.prompt.forced import forced_call_grammar
 from engy_local.runtime.sampling import check_grammar
@@ -184,3 +184,46 @@ def test_llama_cpp_takes_the_lazy_grammar_and_its_triggers(vocab: Vocab, family:
     )
     assert sampler
     llama_cpp.llama_sampler_free(sampler)
+
+
+# ---- tools under auto with a response format ---------------------------------------
+
+TAGGED = f"<tool_call>\n{CALL}\n</tool_call>"
+ANSWER = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "done": {"type": "boolean"}},
+    "required": ["title", "done"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (TAGGED, True),  # the family's call
+        (f"{TAGGED}\n{TAGGED}", True),
+        ('{"name": "get_weather", "arguments": {"city": "Oslo"}}', True),  # as small models write
+        ('```json\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```', True),
+        ('{"title": "Oslo", "done": true}', True),  # the answer, in its format
+        ('{\n  "title": "Oslo",\n  "done": false\n}', True),
+        ('{"title": "Oslo"}', False),  # not the format: done is required
+        ("It is sunny in Oslo.", False),  # free text is neither
+        (f"Let me look. {TAGGED}", False),  # nor text before a call
+        ('{"title": "Oslo", "done": true} and more', False),
+        ('{"name": "get_weather", "arguments": {"days": 2}}', False),  # the tool's schema holds
+    ],
+)
+def test_call_or_answer_grammar(vocab: Vocab, text: str, ok: bool) -> None:
+    gbnf = call_or_answer_grammar(TOOLS, get("hermes"), ANSWER)
+    assert check_grammar(gbnf)
+    assert vocab.accepts(gbnf, text) is ok
+
+
+def test_call_or_answer_after_reasoning_and_for_every_family(vocab: Vocab) -> None:
+    gbnf = call_or_answer_grammar(TOOLS, get("hermes"), None, reasoning=True)
+    assert vocab.accepts(gbnf, 'Hm.</think>\n{"any": 1}')
+    assert vocab.accepts(gbnf, f"Hm.</think>\n{TAGGED}")
+    assert not vocab.accepts(gbnf, '{"any": 1}')
+    codex = captured_tools(CLIENTS[1])  # codex exec --output-schema: its tools and a format
+    for family in sorted(registry()):
+        assert check_grammar(call_or_answer_grammar(codex, get(family), ANSWER)), family

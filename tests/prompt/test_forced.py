@@ -260,6 +260,17 @@ def test_json_answer_grammar_accepts_exactly_the_schema(
     assert vocab.accepts(gbnf, text) is ok
 
 
+def test_json_answer_after_a_reasoning_block_the_model_may_open(vocab: Vocab) -> None:
+    gbnf = json_answer_grammar(PERSON, get("hermes"), may_think=True)
+    assert check_grammar(gbnf)
+    assert vocab.accepts(gbnf, '<think>\nAnn, 7.\n</think>\n\n{"name": "Ann", "age": 7}')
+    assert vocab.accepts(gbnf, '{"name": "Ann", "age": 7}')  # or none
+    assert not vocab.accepts(gbnf, 'Hm.</think>\n{"name": "Ann", "age": 7}')
+    assert not vocab.accepts(gbnf, '<think>Ann</think>\n{"name": "Ann"}')
+    mistral = json_answer_grammar(PERSON, get("mistral"), may_think=True)
+    assert vocab.accepts(mistral, '[THINK]Ann.[/THINK]{"name": "Ann", "age": 7}')
+
+
 def test_json_answer_after_reasoning_and_in_plain_json_for_every_family(vocab: Vocab) -> None:
     gbnf = json_answer_grammar(PERSON, get("hermes"), reasoning=True)
     assert vocab.accepts(gbnf, 'Hm.</think>\n{"name": "A", "age": 1}')
@@ -274,3 +285,80 @@ def test_json_answer_random_sentences_validate(vocab: Vocab, seed: int) -> None:
     if text is None:
         pytest.skip("the random walk did not finish")
     jsonschema.validate(json.loads(text), PERSON)
+
+
+# ---- what the JSON grammar cannot hold: looser, never an error ------------------------
+
+# Each keyword the compiler does not enforce, with a value that breaks it: the
+# grammar takes that value (documented in docs/clients.md#structured-outputs),
+# and still holds the type.
+LOOSER: list[tuple[str, dict[str, Any], str, str]] = [
+    ("pattern", {"type": "string", "pattern": "^[A-Z]{3}$"}, '"abcd"', "12"),
+    ("maximum", {"type": "integer", "maximum": 10}, "99", '"9"'),
+    ("negative minimum", {"type": "integer", "minimum": -5}, "-99", "1.5"),
+    ("multipleOf", {"type": "integer", "multipleOf": 5}, "7", '"5"'),
+    ("format email", {"type": "string", "format": "email"}, '"no at sign"', "1"),
+    ("maxLength over 64", {"type": "string", "maxLength": 100}, '"' + "x" * 120 + '"', "1"),
+    (
+        "uniqueItems",
+        {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+        "[1, 1]",
+        '["a"]',
+    ),
+    ("not", {"type": "integer", "not": {"const": 3}}, "3", '"3"'),
+    (
+        "minProperties",
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 1},
+        "{}",
+        '{"a": "x"}',
+    ),
+    ("oneOf as anyOf", {"oneOf": [{"type": "integer"}, {"type": "number"}]}, "1", '"1"'),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "breaks", "wrong"), [c[1:] for c in LOOSER], ids=[c[0] for c in LOOSER]
+)
+def test_json_answer_is_looser_where_the_compiler_cannot_say_a_keyword(
+    vocab: Vocab, schema: dict[str, Any], breaks: str, wrong: str
+) -> None:
+    gbnf = json_answer_grammar(schema, get("hermes"))
+    assert check_grammar(gbnf)
+    assert vocab.accepts(gbnf, breaks)
+    assert not vocab.accepts(gbnf, wrong)
+
+
+TREE: dict[str, Any] = {
+    "$ref": "#/$defs/node",
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {
+                "v": {"type": "integer"},
+                "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+            },
+            "required": ["v"],
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "text"),
+    [
+        (TREE, '{"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": []}]}'),  # recursive: held
+        ({"$ref": "#/$defs/missing"}, '["any value"]'),  # nowhere: any value
+        ({"$ref": "https://example.com/s.json"}, "true"),  # remote: any value
+        ({"type": "nonsense"}, '"any value"'),
+        ({}, "null"),
+        ({"enum": list(range(20000))}, '{"too": "many values"}'),  # too large: any value
+    ],
+    ids=["recursive", "ref to nowhere", "remote ref", "unknown type", "empty", "huge enum"],
+)
+def test_json_answer_grammar_compiles_for_odd_schemas(
+    vocab: Vocab, schema: dict[str, Any], text: str
+) -> None:
+    gbnf = json_answer_grammar(schema, get("hermes"))
+    assert check_grammar(gbnf)
+    LlamaGrammar.from_string(gbnf, verbose=False)
+    assert vocab.accepts(gbnf, text)
