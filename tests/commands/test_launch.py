@@ -581,6 +581,13 @@ def first_prompt(log: str, before: int) -> dict[str, str]:
     return max(turns, key=lambda t: int(t["prompt"]))
 
 
+def with_clients(launch: Launch, clients: Clients) -> dict[str, str]:
+    """The launch environment with both real clients on PATH."""
+    env = launch.env()
+    env["PATH"] = f"{clients.claude.parent}{os.pathsep}{env['PATH']}"
+    return env
+
+
 PROFILE_ASKS = {
     "claude": ("-p", "Say hi"),
     "codex": ("exec", "--skip-git-repo-check", "Say hi"),
@@ -596,7 +603,7 @@ def test_lean_first_prompt_is_at_most_half_of_full(
     model has Qwen2's tokenizer), lean at most half of full; and no flag on
     this tiny model is lean."""
     launch = Launch(tmp_path)
-    env = launch.env()
+    env = with_clients(launch, clients)
     env["CODEX_HOME"] = str(tmp_path / "codex-home")
     (tmp_path / "codex-home").mkdir()
     sizes = {}
@@ -621,13 +628,14 @@ def test_lean_claude_in_another_folder_reads_its_first_prompt_from_the_cache(
     folder, the environment) come after the system prompt and the tools,
     so the second's first turn reads nearly all of it from the cache."""
     launch = Launch(tmp_path)
+    env = with_clients(launch, clients)
     firsts = []
     for folder in ("one", "two"):
         work = tmp_path / folder
         work.mkdir()
         before = len(answer_server.output())
         port = ("--port", str(answer_server.port))
-        r = launch.run("claude", *port, "--", *PROFILE_ASKS["claude"], cwd=work)
+        r = launch.run("claude", *port, "--", *PROFILE_ASKS["claude"], env=env, cwd=work)
         assert r.returncode == 0 and ANSWER in r.stdout, why(r)
         firsts.append(first_prompt(answer_server.output(), before))
     second = firsts[1]
