@@ -58,7 +58,7 @@ from pathlib import Path
 import httpx
 from agentproxy import CALL_AS_TEXT, Exchange, Proxy
 
-from bench import ENGY, Server, free_port, start_engy, start_llama
+from bench import Server, engy, free_port, start_engy, start_llama
 
 REPO = Path(__file__).resolve().parents[1]
 NPM_BIN = REPO / ".engy-test" / "npm" / "node_modules" / ".bin"  # tests/support/clients.py
@@ -173,7 +173,7 @@ class Target:
 
 
 def base_env(home: Path, engy_home: Path) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+    keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH")  # this tree's engy_local
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PATH"] = f"{NPM_BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
@@ -196,7 +196,7 @@ def command(client: str, target: Target, ask: str, env: dict[str, str], profile:
     port = target.proxy.url.rsplit(":", 1)[1]
     args = client_args(client, ask, target.max_turns)
     if target.name == "engy":
-        return [str(ENGY), "launch", client, "--port", port, "--tools", profile, "--", *args]
+        return [*engy(), "launch", client, "--port", port, "--tools", profile, "--", *args]
     from engy_local.backend import ModelStatus
     from engy_local.commands.launch.claude import claude_env
     from engy_local.commands.launch.codex import codex_env, codex_overrides

@@ -621,23 +621,32 @@ def test_lean_first_prompt_is_at_most_half_of_full(
     assert sizes[None] == sizes["lean"], sizes
 
 
-def test_lean_claude_in_another_folder_reads_its_first_prompt_from_the_cache(
-    clients: Clients, answer_server: EngyServer, tmp_path: Path
+@pytest.mark.parametrize("client", ["claude", "codex"])
+def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
+    clients: Clients, answer_server: EngyServer, tmp_path: Path, client: str
 ) -> None:
-    """Two new sessions in two folders: the per-machine sections (the
-    folder, the environment) come after the system prompt and the tools,
-    so the second's first turn reads nearly all of it from the cache."""
+    """Two new sessions in two folders, no tool flags: the per-folder parts
+    (the working directory, the environment) come after the system prompt
+    and the tools, so the second's first turn reads nearly all of it from
+    the cache. What is left is Claude Code's environment block (about 200
+    tokens from the folder's path on: 2838 of 3049 cached, 93%) and Codex's
+    environment context (1740 of 1863, 93%). Without
+    --exclude-dynamic-system-prompt-sections Claude Code's memory path in
+    its system prompt left 800 of 11.6k tokens."""
     launch = Launch(tmp_path)
     env = with_clients(launch, clients)
+    env["CODEX_HOME"] = str(tmp_path / "codex-home")
+    (tmp_path / "codex-home").mkdir()
     firsts = []
     for folder in ("one", "two"):
         work = tmp_path / folder
         work.mkdir()
         before = len(answer_server.output())
         port = ("--port", str(answer_server.port))
-        r = launch.run("claude", *port, "--", *PROFILE_ASKS["claude"], env=env, cwd=work)
+        r = launch.run(client, *port, "--", *PROFILE_ASKS[client], env=env, cwd=work)
         assert r.returncode == 0 and ANSWER in r.stdout, why(r)
         firsts.append(first_prompt(answer_server.output(), before))
     second = firsts[1]
-    print(f"second folder's first turn: {second}")
-    assert int(second["cached"]) >= 0.95 * int(second["prompt"]), firsts
+    share = int(second["cached"]) / int(second["prompt"])
+    print(f"{client}: the second folder's first turn read {share:.1%} from the cache: {second}")
+    assert share >= 0.9, firsts
