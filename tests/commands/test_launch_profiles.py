@@ -63,7 +63,7 @@ def test_the_rule(
 # ---- Claude Code ------------------------------------------------------------------
 
 CACHE = "--exclude-dynamic-system-prompt-sections"
-LEAN4 = "--tools=Bash,Read,Edit,Write"
+LEAN4 = "--tools=Bash,Read,Write"
 
 
 @pytest.mark.parametrize(

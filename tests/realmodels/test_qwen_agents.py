@@ -4,7 +4,7 @@ through the client's own tool, the client sends the result back, and the
 file the command wrote is there afterwards.
 
 Both run as a user would, with no tool flags: `engy launch` picks the
-lean profile for a 0.5B model (Claude Code: Bash, Read, Edit and Write;
+lean profile for a 0.5B model (Claude Code: Bash, Read and Write;
 Codex: exec_command and apply_patch, short instructions), and the banner
 says so. Claude Code gets two turns, the call and the answer to its
 result; Codex, which has no turn limit, is stopped once its result has
@@ -36,7 +36,7 @@ from support.server import EngyServer, free_port
 TIMEOUT = 1200  # one launch: the server's start and every turn on 2 cores
 ASK = "Run this shell command: echo Zebra > proof.txt"
 # What may run without asking (it does not change which tools are offered).
-ALLOWED = "Bash,Read,Edit,Write"
+ALLOWED = "Bash,Read,Write"
 # A small model may go on calling after the task is done (rewriting the
 # file it made): two turns are the call and the answer to its result.
 TURNS = "2"

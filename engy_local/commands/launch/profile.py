@@ -1,7 +1,7 @@
 """Which tool profile `engy launch` gives the client: `--tools auto|lean|full`.
 
 lean  the tools a small local model uses well and a short first prompt
-      (Claude Code: Bash, Read, Edit, Write, no slash commands or memory;
+      (Claude Code: Bash, Read, Write, no slash commands or memory;
       Codex: one command tool, apply_patch, short instructions, nothing else)
 full  the client's own defaults
 
