@@ -11,6 +11,9 @@ Each task is judged by the files it leaves, never by the model's words:
     copy     read a value from one file into another
     fix      fix a one-line bug so that a script prints what it should
     patch    (Codex) add a file through its apply_patch tool
+    steps    several steps: run a failing test, read it and the code, fix
+             the code, run the test again (done: the test passes and is
+             unchanged)
 
 Per server the clients run one after another (--tries of each task), each
 run a new session in the same project directory (Claude Code puts that
@@ -18,15 +21,16 @@ path in its system prompt, so sessions share their prefix as a user's
 would); then engy is stopped and started again and one more session runs,
 to see its first turn come from the disk cache. A recording proxy sits
 between client and server (bench/agentproxy.py), so both servers are timed
-the same way. Claude Code runs with `--tools Bash,Read,Edit,Write`: its
-default tool set is three times the prompt (about 11.5k tokens against 4k
-with Qwen's tokenizer) and a small model picks among twelve tools badly.
+the same way.
 
-For llama-server the clients get what `engy launch` gives them (the same
-environment for Claude Code, the same `-c` settings for Codex) except
-Codex's model catalog: engy's tells Codex to send apply_patch as a custom
-(freeform) tool, which is engy's to turn into calls; a llama-server user's
-config has none, so Codex edits files through its shell there.
+Through engy each client runs under `engy launch --tools PROFILE` for each
+of --profiles (auto, lean, full: what launch gives the client, see
+engy_local/commands/launch/profile.py); no client flags of the bench's own
+choose tools. For llama-server the clients get their defaults: the
+server, model and window settings `engy launch` gives them (the same
+environment for Claude Code, the same `-c` settings for Codex) and nothing
+of a profile, no model catalog (a llama-server user's config has none, so
+Codex edits files through its shell there).
 
 Prints per client and server: tasks done, requests and turns, wall time,
 first-turn and later-turn time to first token, the share of later turns'
@@ -54,11 +58,11 @@ from pathlib import Path
 import httpx
 from agentproxy import CALL_AS_TEXT, Exchange, Proxy
 
-from bench import ENGY, Server, free_port, start_engy, start_llama
+from bench import Server, engy, free_port, start_engy, start_llama
 
 REPO = Path(__file__).resolve().parents[1]
 NPM_BIN = REPO / ".engy-test" / "npm" / "node_modules" / ".bin"  # tests/support/clients.py
-CLAUDE_TOOLS = "Bash,Read,Edit,Write"
+PROFILES = ("auto", "lean", "full")
 
 
 # ---- tasks ---------------------------------------------------------------------------
@@ -94,6 +98,26 @@ def _prints(script: Path, want: str) -> bool:
     return r.returncode == 0 and r.stdout.strip() == want
 
 
+PRICES = """\
+def total(prices, discount):
+    \"\"\"The sum of prices, less discount percent.\"\"\"
+    subtotal = sum(prices)
+    return subtotal - subtotal * discount / 10
+"""
+TEST_PRICES = """\
+from prices import total
+
+assert total([10, 20, 30], 0) == 60
+assert total([10, 20, 30], 50) == 30, total([10, 20, 30], 50)
+print("ok")
+"""
+
+
+def _passes(work: Path, test: str, want: str) -> bool:
+    """The test runs clean and is still the one the task gave."""
+    return _reads(work / test, want.strip()) and _prints(work / test, "ok")
+
+
 TASKS = (
     Task(
         "create",
@@ -121,6 +145,14 @@ TASKS = (
         lambda d: _reads(d / "notes.txt", "done"),
         clients=("codex",),
     ),
+    Task(
+        "steps",
+        "The test in test_prices.py fails. Run it with: python3 test_prices.py "
+        "Then fix the bug in prices.py (not the test) and run the test again to "
+        "check that it passes.",
+        {"prices.py": PRICES, "test_prices.py": TEST_PRICES},
+        lambda d: _passes(d, "test_prices.py", TEST_PRICES),
+    ),
 )
 
 
@@ -141,7 +173,7 @@ class Target:
 
 
 def base_env(home: Path, engy_home: Path) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+    keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH")  # this tree's engy_local
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PATH"] = f"{NPM_BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
@@ -150,18 +182,21 @@ def base_env(home: Path, engy_home: Path) -> dict[str, str]:
 
 def client_args(client: str, ask: str, max_turns: str) -> list[str]:
     if client == "claude":
-        tools = ["--tools", CLAUDE_TOOLS, "--allowedTools", CLAUDE_TOOLS]
-        return ["-p", ask, *tools, "--max-turns", max_turns]
+        # These may run without asking (there is no one to ask); it does not
+        # change which tools are offered, the profile does.
+        allowed = ["--allowedTools", "Bash,Read,Edit,Write"]
+        return ["-p", ask, *allowed, "--max-turns", max_turns]
     bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
     return ["exec", "--skip-git-repo-check", bypass, ask]
 
 
-def command(client: str, target: Target, ask: str, env: dict[str, str]) -> list[str]:
-    """`engy launch` for engy; for llama-server, the client with launch's settings."""
+def command(client: str, target: Target, ask: str, env: dict[str, str], profile: str) -> list[str]:
+    """`engy launch --tools PROFILE` for engy; for llama-server, the client
+    with launch's server settings and its own defaults."""
     port = target.proxy.url.rsplit(":", 1)[1]
     args = client_args(client, ask, target.max_turns)
     if target.name == "engy":
-        return [str(ENGY), "launch", client, "--port", port, "--", *args]
+        return [*engy(), "launch", client, "--port", port, "--tools", profile, "--", *args]
     from engy_local.backend import ModelStatus
     from engy_local.commands.launch.claude import claude_env
     from engy_local.commands.launch.codex import codex_env, codex_overrides
@@ -185,9 +220,12 @@ class Result:
     exchanges: list[Exchange]
     session: str  # "first", "later", "restarted"
     exit: int = 0
+    profile: str = "-"  # engy launch --tools; "-" for llama-server
 
 
-def run_task(task: Task, client: str, target: Target, root: Path, session: str) -> Result:
+def run_task(
+    task: Task, client: str, target: Target, root: Path, session: str, profile: str
+) -> Result:
     work = root / f"project-{client}"  # the same path every run: a shared prefix
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -199,7 +237,7 @@ def run_task(task: Task, client: str, target: Target, root: Path, session: str) 
     if client == "codex":
         env["CODEX_HOME"] = str(home / ".codex")
         (home / ".codex").mkdir(exist_ok=True)
-    argv = command(client, target, task.ask, env)
+    argv = command(client, target, task.ask, env, profile)
     seen = len(target.proxy.exchanges)
     started = time.monotonic()
     try:
@@ -218,16 +256,17 @@ def run_task(task: Task, client: str, target: Target, root: Path, session: str) 
     wall = time.monotonic() - started
     done = task.done(work)
     (root / "logs").mkdir(exist_ok=True)
-    log = root / "logs" / f"{target.name}-{client}-{task.name}-{session}-{int(started)}.txt"
+    name = f"{target.name}-{profile}-{client}-{task.name}-{session}-{int(started)}.txt"
+    log = root / "logs" / name
     log.write_text(f"$ {' '.join(argv)}\nexit {code}\n{out}")
     exchanges = target.proxy.exchanges[seen:]
     mark = "done" if done else "NOT done"
     print(
-        f"  {target.name:12} {client:6} {task.name:7} {session:9} {mark:8} {wall:6.0f} s "
-        f"{len(exchanges)} requests, exit {code}",
+        f"  {target.name:12} {profile:5} {client:6} {task.name:7} {session:9} {mark:8} "
+        f"{wall:6.0f} s {len(exchanges)} requests, exit {code}",
         flush=True,
     )
-    return Result(client, target.name, task.name, done, wall, exchanges, session, code)
+    return Result(client, target.name, task.name, done, wall, exchanges, session, code, profile)
 
 
 # ---- servers -------------------------------------------------------------------------
@@ -275,9 +314,9 @@ def _first_turn(result: Result) -> Exchange | None:
 
 def report(results: list[Result]) -> None:
     rows = []
-    keys = sorted({(r.client, r.server) for r in results})
-    for client, server in keys:
-        mine = [r for r in results if (r.client, r.server) == (client, server)]
+    keys = sorted({(r.client, r.server, r.profile) for r in results})
+    for client, server, profile in keys:
+        mine = [r for r in results if (r.client, r.server, r.profile) == (client, server, profile)]
         timed = [r for r in mine if r.session != "restarted"]
         turns = [e for r in timed for e in r.exchanges if e.tools]
         firsts = [_first_turn(r) for r in timed]
@@ -289,6 +328,7 @@ def report(results: list[Result]) -> None:
             {
                 "client": client,
                 "server": server,
+                "tools": profile,
                 "done": f"{sum(r.done for r in timed)}/{len(timed)}",
                 "requests": str(sum(len(r.exchanges) for r in timed)),
                 "turns": str(len(turns)),
@@ -314,18 +354,18 @@ def report(results: list[Result]) -> None:
     for row in rows:
         print("| " + " | ".join(row[c] for c in cols) + " |")
     print("\nper task (done/runs):")
-    for client, server in keys:
+    for client, server, profile in keys:
         per = {
             t.name: [
                 r.done
                 for r in results
-                if (r.client, r.server, r.task) == (client, server, t.name)
+                if (r.client, r.server, r.profile, r.task) == (client, server, profile, t.name)
                 and r.session != "restarted"
             ]
             for t in TASKS
         }
         print(
-            f"  {client:6} {server:12} "
+            f"  {client:6} {server:12} {profile:5} "
             + "  ".join(f"{name} {sum(d)}/{len(d)}" for name, d in per.items() if d)
         )
 
@@ -341,15 +381,19 @@ def run_server(name: str, args: argparse.Namespace, root: Path, results: list[Re
     server, target = start(args, logs, home)
     print(f"{name} at {server.url} (log {server.log}), proxy {target.proxy.url}", flush=True)
     tasks = [t for t in TASKS if t.name in args.tasks]
+    profiles = args.profiles if name == "engy" else ["-"]
     try:
         for client in args.clients:
-            runs = 0
-            for _ in range(args.tries):
-                for task in tasks:
-                    if client in task.clients:
-                        session = "first" if runs == 0 else "later"
-                        results.append(run_task(task, client, target, root / name, session))
-                        runs += 1
+            for profile in profiles:
+                runs = 0
+                for _ in range(args.tries):
+                    for task in tasks:
+                        if client in task.clients:
+                            session = "first" if runs == 0 else "later"
+                            results.append(
+                                run_task(task, client, target, root / name, session, profile)
+                            )
+                            runs += 1
     finally:
         target.proxy.stop()
         server.stop()
@@ -361,7 +405,8 @@ def run_server(name: str, args: argparse.Namespace, root: Path, results: list[Re
     try:
         for client in args.clients:
             task = next(t for t in tasks if client in t.clients)
-            results.append(run_task(task, client, target, root / name, "restarted"))
+            profile = args.profiles[0]
+            results.append(run_task(task, client, target, root / name, "restarted", profile))
     finally:
         target.proxy.stop()
         server.stop()
@@ -378,6 +423,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--tasks", nargs="+", default=[t.name for t in TASKS], choices=[t.name for t in TASKS]
+    )
+    parser.add_argument(
+        "--profiles",
+        nargs="+",
+        default=list(PROFILES),
+        choices=PROFILES,
+        help="engy launch --tools profiles to run through engy",
     )
     parser.add_argument("--tries", type=int, default=2)
     parser.add_argument("--ctx-size", type=int, default=32768)

@@ -230,13 +230,25 @@ def launch(
     ] = None,
     ctx_size: CtxWindow = "32768",
     temp: Temp = None,
+    tools: Annotated[
+        str,
+        typer.Option(
+            "--tools",
+            help="The client's tool profile: lean (a short tool set and prompt, for small "
+            "models), full (the client's defaults) or auto (lean under 14B parameters or "
+            "a 64k window)",
+        ),
+    ] = "auto",
 ) -> None:
     """Run Claude Code or Codex on a local model: `engy launch claude [MODEL] [-- ARGS]`."""
     from .launch import LaunchOptions
     from .launch import launch as run_launch
+    from .launch.profile import TOOLS_CHOICES
 
     if client not in ("claude", "codex"):
         raise typer.BadParameter("expected 'claude' or 'codex'", param_hint="CLIENT")
+    if tools not in TOOLS_CHOICES:
+        raise typer.BadParameter("expected auto, lean or full", param_hint="--tools")
     ctx_window(ctx_size)  # checked here; the server it starts reads it again
     options = LaunchOptions(
         client="claude" if client == "claude" else "codex",
@@ -247,6 +259,7 @@ def launch(
         api_key=api_key or None,
         keep=keep,
         small_model=small_model,
+        tools="lean" if tools == "lean" else "full" if tools == "full" else "auto",
         serve_args=["--ctx-size", ctx_size, *(["--temp", str(temp)] if temp is not None else [])],
     )
     with one_line_errors():

@@ -24,6 +24,8 @@ from support.clients import Clients, base_env, model_id
 from support.paths import ANSWER, CACHE, need_fixtures
 from support.server import EngyServer, free_port
 
+from engy_local.commands.launch.codex import LEAN_INSTRUCTIONS
+
 TIMEOUT = 420  # one launch: maybe a server start, then the client's run
 
 
@@ -63,13 +65,13 @@ class Launch:
         return env
 
     def run(
-        self, *args: str, env: dict[str, str] | None = None
+        self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
         r = subprocess.run(
             [sys.executable, "-m", "engy_local", "launch", *args],
             env=env or self.env(),
-            cwd=self.home,
+            cwd=cwd or self.home,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -260,7 +262,11 @@ def check_codex_config(
     assert entry["context_window"] == window
     assert entry["apply_patch_tool_type"] == "freeform"
     assert entry["supports_parallel_tool_calls"] is True  # hermes writes several calls
-    assert entry["base_instructions"]  # what Codex ships, so its prompt is whole
+    # No --tools: a tiny model gets the lean profile, engy's short instructions
+    # and Codex's extras off.
+    assert entry["base_instructions"] == LEAN_INSTRUCTIONS
+    assert c["features.multi_agent"] == c["features.goals"] == "false"
+    assert c["web_search"] == '"disabled"'
     # The client args come after engy's settings, as given.
     assert argv[-len(client_args) :] == list(client_args)
     # Codex itself reads that catalog: the model is there, freeform patches.
@@ -401,6 +407,8 @@ def test_launch_claude_starts_a_server_runs_bash_and_stops_the_server(
     assert AFTER in r.stdout, why(r)
     url = f"http://127.0.0.1:{port}"
     assert f"at {url}" in r.stderr and "Claude Code 2.1.332" in r.stderr, r.stderr
+    # No --tools: the tiny model is lean, and the banner says why and the way out.
+    assert "tools: lean (auto:" in r.stderr and "--tools full" in r.stderr, r.stderr
     seen = records(launch.record)[-1]  # the run (the first: --version)
     assert isinstance(seen, dict)
     check_claude_env(seen, url, model.stem, 32768)
@@ -556,3 +564,89 @@ def test_claude_runs_bash_through_an_upstream(
     finally:
         server.stop()
         upstream.stop()
+
+
+# ---- tool profiles: the first prompt --------------------------------------------------
+
+
+def first_prompt(log: str, before: int) -> dict[str, str]:
+    """The largest request in the server log after its first `before`
+    characters (the client's first main turn): prompt=, cached=, ..."""
+    turns = [
+        dict(f.split("=", 1) for f in line.split() if "=" in f)
+        for line in log[before:].splitlines()
+        if " prompt=" in line
+    ]
+    assert turns, log[before:]
+    return max(turns, key=lambda t: int(t["prompt"]))
+
+
+def with_clients(launch: Launch, clients: Clients) -> dict[str, str]:
+    """The launch environment with both real clients on PATH."""
+    env = launch.env()
+    env["PATH"] = f"{clients.claude.parent}{os.pathsep}{env['PATH']}"
+    return env
+
+
+PROFILE_ASKS = {
+    "claude": ("-p", "Say hi"),
+    "codex": ("exec", "--skip-git-repo-check", "Say hi"),
+}
+
+
+@pytest.mark.parametrize("client", ["claude", "codex"])
+def test_lean_first_prompt_is_at_most_half_of_full(
+    clients: Clients, answer_server: EngyServer, tmp_path: Path, client: str
+) -> None:
+    """The same ask with `--tools lean` and `--tools full`, through the real
+    client: the first prompt's tokens as the server counted them (the tiny
+    model has Qwen2's tokenizer), lean at most half of full; and no flag on
+    this tiny model is lean."""
+    launch = Launch(tmp_path)
+    env = with_clients(launch, clients)
+    env["CODEX_HOME"] = str(tmp_path / "codex-home")
+    (tmp_path / "codex-home").mkdir()
+    sizes = {}
+    for tools in ("full", "lean", None):
+        before = len(answer_server.output())
+        flag = ("--tools", tools) if tools else ()
+        port = ("--port", str(answer_server.port))
+        r = launch.run(client, *port, *flag, "--", *PROFILE_ASKS[client], env=env)
+        assert r.returncode == 0 and ANSWER in r.stdout, why(r)
+        sizes[tools] = int(first_prompt(answer_server.output(), before)["prompt"])
+        said = f"tools: {tools} (--tools {tools})" if tools else "tools: lean (auto:"
+        assert said in r.stderr, r.stderr
+    print(f"{client} first prompt: {sizes}")
+    assert sizes["lean"] <= sizes["full"] // 2, sizes
+    assert sizes[None] == sizes["lean"], sizes
+
+
+@pytest.mark.parametrize("client", ["claude", "codex"])
+def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
+    clients: Clients, answer_server: EngyServer, tmp_path: Path, client: str
+) -> None:
+    """Two new sessions in two folders, no tool flags: the per-folder parts
+    (the working directory, the environment) come after the system prompt
+    and the tools, so the second's first turn reads nearly all of it from
+    the cache. What is left is Claude Code's environment block (about 200
+    tokens from the folder's path on: 2838 of 3049 cached, 93%) and Codex's
+    environment context (1740 of 1863, 93%). Without
+    --exclude-dynamic-system-prompt-sections Claude Code's memory path in
+    its system prompt left 800 of 11.6k tokens."""
+    launch = Launch(tmp_path)
+    env = with_clients(launch, clients)
+    env["CODEX_HOME"] = str(tmp_path / "codex-home")
+    (tmp_path / "codex-home").mkdir()
+    firsts = []
+    for folder in ("one", "two"):
+        work = tmp_path / folder
+        work.mkdir()
+        before = len(answer_server.output())
+        port = ("--port", str(answer_server.port))
+        r = launch.run(client, *port, "--", *PROFILE_ASKS[client], env=env, cwd=work)
+        assert r.returncode == 0 and ANSWER in r.stdout, why(r)
+        firsts.append(first_prompt(answer_server.output(), before))
+    second = firsts[1]
+    share = int(second["cached"]) / int(second["prompt"])
+    print(f"{client}: the second folder's first turn read {share:.1%} from the cache: {second}")
+    assert share >= 0.9, firsts

@@ -125,8 +125,10 @@ def model_id(server: EngyServer) -> str:
 
 
 def base_env(home: Path) -> dict[str, str]:
-    """A clean environment: no proxies, no keys or settings from outside."""
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+    """A clean environment: no proxies, no keys or settings from outside.
+    PYTHONPATH stays: `python -m engy_local` in a child must be the code
+    under test (a worktree's), not whatever the environment installed."""
+    keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH")
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["HOME"] = str(home)
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"

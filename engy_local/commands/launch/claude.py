@@ -3,7 +3,7 @@ shared/reference/clients.md), so nothing of the user's is written."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ...backend import ModelStatus
 
@@ -37,15 +37,62 @@ def output_cap(context_length: int) -> int:
     return max(256, min(MAX_OUTPUT_CAP, context_length // 4))
 
 
+# The lean profile (profile.py): the tools a small model uses well. Tried on
+# Qwen2.5-Coder-0.5B at temperature 0 (docs/benchmarks.md): offered Edit,
+# it edited the file it was asked to create (old and new text the same)
+# and never made it; with Bash, Read and Write it ran the command or wrote
+# the file. The first prompt is a quarter of the default twelve tools'.
+LEAN_TOOLS = ("Bash", "Read", "Write")
+# Lean also drops auto-memory (its instructions, with this project's memory
+# path, open the first user message) and the git commit and PR guidance
+# in Bash's description. Set by the user, their value stands.
+LEAN_ENV = {
+    "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
+    "CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS": "1",
+}
+# Moves the per-machine sections (cwd, environment, memory path, git status)
+# from the system prompt into the first user message, so that sessions in
+# other folders share the system prompt and the tools in the cache.
+CACHE_FRIENDLY = "--exclude-dynamic-system-prompt-sections"
+
+
+def given(args: Sequence[str], *flags: str) -> bool:
+    """Whether the user's arguments (before a bare `--`) set any of `flags`,
+    as `--flag`, `--flag value` or `--flag=value`."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if any(arg == f or arg.startswith(f + "=") for f in flags):
+            return True
+    return False
+
+
+def claude_args(lean: bool, user_args: Sequence[str]) -> list[str]:
+    """What engy adds before the user's arguments; an option the user
+    gives is left to them. `--tools=` (one value) and not `--tools X`:
+    that option takes several values and would swallow a prompt after it."""
+    out: list[str] = []
+    if lean and not given(user_args, "--tools"):
+        out.append("--tools=" + ",".join(LEAN_TOOLS))
+    if lean and not given(user_args, "--disable-slash-commands"):
+        out.append("--disable-slash-commands")
+    # It does nothing with a system prompt of the user's own.
+    if not given(user_args, CACHE_FRIENDLY, "--system-prompt", "--system-prompt-file"):
+        out.append(CACHE_FRIENDLY)
+    return out
+
+
 def claude_env(
     base: Mapping[str, str],
     url: str,
     api_key: str | None,
     model: ModelStatus,
     small_model: str | None = None,
+    lean: bool = False,
 ) -> dict[str, str]:
     """The environment Claude Code runs with: `base` (the user's) with the
-    server, the key, every model tier, the real window and side traffic off."""
+    server, the key, every model tier, the real window and side traffic off
+    (and, lean, memory and git guidance off unless the user set them)."""
     env = dict(base)
     # A real Anthropic key must not go to the local server, and with both
     # set Claude Code asks which to use.
@@ -69,4 +116,7 @@ def claude_env(
         # Title requests, telemetry and update checks: none.
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
     )
+    if lean:
+        for key, value in LEAN_ENV.items():
+            env.setdefault(key, value)
     return env

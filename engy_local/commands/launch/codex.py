@@ -5,7 +5,16 @@ engy returns as `custom_tool_call`) is a JSON file of engy's own.
 
 The catalog entry starts from one of the catalog Codex ships in its binary
 (`codex debug models --bundled`), so its instructions are the ones this
-Codex version is built with; engy only states what the local model is."""
+Codex version is built with; engy only states what the local model is.
+
+The lean profile (profile.py) keeps what a small model uses well: Codex
+0.171.0's catalog offers one kind of command tool (`shell_type` takes
+`default`, `local` and `shell_command` as names of `unified_exec`:
+`exec_command`, which runs one command and returns its output, with
+`write_stdin` beside it) and one form of apply_patch (`freeform`, which
+engy turns into `custom_tool_call`). Lean replaces the shipped instructions
+(about 5k tokens written for GPT-5) with LEAN_INSTRUCTIONS, and turns off
+the skills list, multi-agent, goals, image generation and web search."""
 
 from __future__ import annotations
 
@@ -39,6 +48,40 @@ _LOCAL: dict[str, Any] = {
     "experimental_supported_tools": [],
     "input_modalities": ["text"],
     "use_responses_lite": False,
+}
+
+
+# The lean profile's instructions: what the tools are and how a patch is
+# written, in a few lines a small model can follow.
+LEAN_INSTRUCTIONS = """\
+You are Codex, a coding agent working in the user's current directory. Do the \
+task the user gives you with your tools, then say in one short sentence what \
+you did.
+
+- exec_command runs one shell command and returns its output. Use it to look \
+at files (ls, cat, grep), to run programs and to run tests.
+- apply_patch creates, changes or deletes files. Its input is a patch, for \
+example:
+*** Begin Patch
+*** Add File: notes.txt
++the first line
+*** Update File: app.py
+@@ def main():
+-    print("helo")
++    print("hello")
+*** End Patch
+In an Update File section, lines starting with a space are kept, lines \
+starting with - are removed and lines starting with + are added.
+
+Call one tool at a time and read its result before the next step. Do not ask \
+the user questions: do the work. Stop when the task is done."""
+
+# Codex features a lean profile turns off with -c (the user's own -c, after
+# engy's, wins), and the config that turns off the rest.
+LEAN_FEATURES_OFF = ("multi_agent", "goals", "image_generation")
+LEAN_SETTINGS: dict[str, str | int | bool] = {
+    "web_search": "disabled",
+    "skills.bundled.enabled": False,
 }
 
 
@@ -78,7 +121,9 @@ def _template(shipped: list[dict[str, Any]]) -> dict[str, Any] | None:
     return dict(ranked[0]) if ranked and "base_instructions" in ranked[0] else None
 
 
-def catalog_entry(model: ModelStatus, shipped: list[dict[str, Any]]) -> dict[str, Any] | None:
+def catalog_entry(
+    model: ModelStatus, shipped: list[dict[str, Any]], lean: bool = False
+) -> dict[str, Any] | None:
     """Codex's model metadata for `model` as loaded, or None when this
     Codex ships no catalog to start from."""
     entry = _template(shipped)
@@ -108,6 +153,15 @@ def catalog_entry(model: ModelStatus, shipped: list[dict[str, Any]]) -> dict[str
     else:
         entry["supported_reasoning_levels"] = []
         entry.pop("default_reasoning_level", None)
+    if lean:
+        # model_messages holds the same instructions as a template, which
+        # Codex would prefer to base_instructions.
+        entry.pop("model_messages", None)
+        entry.update(
+            base_instructions=LEAN_INSTRUCTIONS,
+            include_skills_usage_instructions=False,
+            shell_type="unified_exec",
+        )
     return entry
 
 
@@ -130,9 +184,12 @@ def _toml(value: str | int | bool) -> str:
     return json.dumps(value)  # a TOML basic string
 
 
-def codex_overrides(url: str, model: ModelStatus, catalog: Path | None) -> list[str]:
+def codex_overrides(
+    url: str, model: ModelStatus, catalog: Path | None, lean: bool = False
+) -> list[str]:
     """`-c key=value` arguments: they take precedence over config.toml and
-    change nothing on disk."""
+    change nothing on disk; the user's own, after them, take precedence
+    over them."""
     window = model.context_length
     settings: dict[str, str | int | bool] = {
         "model_provider": PROVIDER,
@@ -150,6 +207,9 @@ def codex_overrides(url: str, model: ModelStatus, catalog: Path | None) -> list[
     }
     if catalog is not None:
         settings["model_catalog_json"] = str(catalog)
+    if lean:
+        settings.update({f"features.{f}": False for f in LEAN_FEATURES_OFF})
+        settings.update(LEAN_SETTINGS)
     out: list[str] = []
     for key, value in settings.items():
         out += ["-c", f"{key}={_toml(value)}"]

@@ -14,10 +14,11 @@ from rich.console import Console
 
 from ...errors import LaunchError
 from ...models.catalog import engy_home
-from .claude import claude_env, compaction_warning, output_cap
+from .claude import LEAN_TOOLS, claude_args, claude_env, compaction_warning, output_cap
 from .clients import Client, ClientName, find_client
 from .codex import bundled_catalog, catalog_entry, codex_env, codex_overrides, write_catalog
-from .server import Server, connect
+from .profile import Profile, ToolsChoice, choose
+from .server import Server, connect, model_size
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class LaunchOptions:
     small_model: str | None = None  # Claude Code's haiku tier and subagents
     serve_args: list[str] = field(default_factory=list)  # for a server started here
     home: Path | None = None  # engy's own files (default: ENGY_HOME)
+    tools: ToolsChoice = "auto"  # the tool profile (profile.py)
 
 
 def launch(options: LaunchOptions, console: Console) -> int:
@@ -74,7 +76,13 @@ def launch(options: LaunchOptions, console: Console) -> int:
             soft_wrap=True,
             highlight=False,
         )
-        argv, env = _configure(client, server, options, home, console)
+        profile = _profile(server, options)
+        console.print(
+            f"  tools: [bold]{profile.name}[/bold] ({profile.why}); {profile.other}",
+            soft_wrap=True,
+            highlight=False,
+        )
+        argv, env = _configure(client, server, options, home, console, profile)
         return run_client(argv, env)
     finally:
         if server.process is not None:
@@ -89,12 +97,36 @@ def launch(options: LaunchOptions, console: Console) -> int:
                 server.stop()
 
 
+def _profile(server: Server, options: LaunchOptions) -> Profile:
+    m = server.model
+    if options.tools != "auto":
+        return choose(options.tools, m.context_length)
+    parameters, size = model_size(server.url, options.api_key, m.id)
+    return choose("auto", m.context_length, parameters, size)
+
+
 def _configure(
-    client: Client, server: Server, options: LaunchOptions, home: Path, console: Console
+    client: Client,
+    server: Server,
+    options: LaunchOptions,
+    home: Path,
+    console: Console,
+    profile: Profile,
 ) -> tuple[list[str], dict[str, str]]:
     m = server.model
+    lean = profile.lean
+    user = options.client_args
     if client.spec.name == "claude":
-        env = claude_env(os.environ, server.url, options.api_key, m, options.small_model)
+        env = claude_env(os.environ, server.url, options.api_key, m, options.small_model, lean)
+        added = claude_args(lean, user)
+        ours = any(a.startswith("--tools=") for a in added)
+        tools = ", ".join(LEAN_TOOLS) if ours else "the tools your --tools names"
+        said = f"{tools}, no slash commands or auto-memory" if lean else "its default tools"
+        console.print(
+            f"  Claude Code: {said}; " + " ".join(added),
+            soft_wrap=True,
+            highlight=False,
+        )
         console.print(
             f"  Claude Code: every model tier {m.id}"
             + (f" (haiku and subagents {options.small_model})" if options.small_model else "")
@@ -106,9 +138,9 @@ def _configure(
         warning = compaction_warning(m.context_length)
         if warning:
             console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True, highlight=False)
-        return [str(client.path), *options.client_args], env
+        return [str(client.path), *added, *user], env
     env = codex_env(os.environ, options.api_key)
-    entry = catalog_entry(m, bundled_catalog(client.path, env))
+    entry = catalog_entry(m, bundled_catalog(client.path, env), lean)
     catalog = write_catalog(home / "codex", entry) if entry is not None else None
     if catalog is None:
         console.print(
@@ -122,7 +154,15 @@ def _configure(
         soft_wrap=True,
         highlight=False,
     )
-    return [str(client.path), *codex_overrides(server.url, m, catalog), *options.client_args], env
+    if lean:
+        console.print(
+            "  Codex: exec_command and apply_patch, short instructions; no skills list, "
+            "multi-agent, goals, image generation or web search (your -c settings win)",
+            soft_wrap=True,
+            highlight=False,
+        )
+    overrides = codex_overrides(server.url, m, catalog, lean)
+    return [str(client.path), *overrides, *user], env
 
 
 def run_client(argv: Sequence[str], env: dict[str, str]) -> int:

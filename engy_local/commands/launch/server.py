@@ -142,6 +142,32 @@ def _serving_file(url: str, api_key: str | None, model: str) -> str | None:
     return None
 
 
+def model_size(url: str, api_key: str | None, model: str) -> tuple[int | None, int | None]:
+    """The parameter count and the file size of the GGUF the engy at `url`
+    serves as `model`, read here (None, None when it is not a file on this
+    machine, e.g. a server elsewhere; None for a count the file lacks)."""
+    from ...models.ggufmeta import parameter_count
+
+    backend = RemoteBackend(url, "messages", api_key)
+    try:
+        path = backend.files().get(model)
+    except RemoteError:
+        return None, None
+    finally:
+        backend.close()
+    if path is None:
+        return None, None
+    gguf = Path(path)
+    try:
+        size = gguf.stat().st_size
+    except OSError:
+        return None, None
+    try:
+        return parameter_count(gguf) or None, size
+    except (EngyError, OSError, ValueError):
+        return None, size
+
+
 def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
