@@ -149,7 +149,8 @@ class Scheduler:
         stored = hit.tokens if hit is not None else 0
         recurrent = self.model.recurrent
         covers = self.prefixes.covers
-        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, covers, stored, recurrent)
+        cuts = self.prefixes.cuts
+        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, covers, stored, recurrent, cuts)
         assert plan is not None, "admitted without a free sequence"
         slot = self.slots[plan.slot]
         if plan.save:
