@@ -146,6 +146,7 @@ class Turn:
     text: str
     output: list[int]
     finished: Finished
+    answer_start: int = 0  # where a re-rendered last answer would begin (prepare.py)
 
     @property
     def cached(self) -> int:
@@ -193,7 +194,8 @@ async def _finish(pool: ModelPool, request: ChatRequest) -> Turn:
         elif isinstance(event, Finished):
             finished = event
     assert started is not None and finished is not None
-    return Turn(list(job.tokens), job.marks, started, text, _outputs.pop(id(job), []), finished)
+    output = _outputs.pop(id(job), [])
+    return Turn(list(job.tokens), job.marks, started, text, output, finished, job.answer_start)
 
 
 def load_options(model: Path, **load: object) -> LoadOptions:
@@ -337,14 +339,22 @@ def parted(turn: Turn, cold: Turn, model: Path, **load: object) -> str:
 # Of a recurrent state's checkpoints near the end of a prompt: resumed at most
 # this far before it (prefixes.NEAR).
 NEAR = 64
+# The disk tier finds a prefix by whole blocks of this many tokens (diskcache.BLOCK).
+BLOCK = 256
 
 
 @dataclass(frozen=True)
 class Seen:
-    """An earlier prompt whose state the engine keeps."""
+    """An earlier prompt: its tokens, where its messages begin, whether it
+    is its conversation's latest (the one the next turn extends), and
+    whether its state has since gone through a restart (the disk tier)."""
 
     tokens: tuple[int, ...]
     marks: tuple[int, ...]
+    latest: bool = True
+    on_disk: bool = False
+    chat: int | None = None  # its conversation (None: a side request)
+    answer: int = 0  # where a re-rendered last answer would begin in it
 
 
 def kind_of(model: Path, **load: object) -> Kind:
@@ -361,16 +371,20 @@ def kind_of(model: Path, **load: object) -> Kind:
 
 def least(kind: Kind, prompt: list[int], seen: list[Seen]) -> int:
     """The least `prompt` reads from the cache, given the earlier prompts
-    whose states are kept (the docs' table, as a rule):
+    (the table in docs/caches-and-sessions.md, as a rule), with the RAM
+    cache and the disk tier large enough for all of them:
 
-    - full attention (MoE and quantized KV types too): the longest prefix
-      it shares with an earlier prompt;
-    - a sliding window: the longest earlier prompt it extends (it resumes
-      at that prompt's end), else where an earlier prompt's messages begin
-      (its mark) when it shares that much;
-    - recurrent or hybrid: as a sliding window, but an earlier prompt it
-      extends may give up to NEAR tokens short of its end (the checkpoint
-      where that prompt's answer begins, or one token before its end).
+    - full attention (MoE, quantized KV types too): the longest prefix it
+      shares with any earlier prompt (after a restart, when that is at
+      least one disk block);
+    - a sliding window: the end of its conversation's latest prompt when it
+      extends it (a checkpoint is kept there), else where an earlier
+      prompt's messages begin (its mark) when it shares that much;
+    - recurrent or hybrid: as a sliding window, the latest prompt's end
+      less up to NEAR tokens (its checkpoints are where that prompt's
+      answer begins and one token before its end), an identical prompt too;
+      where its answer begins when the next turn renders that anew (Qwen3's
+      template drops the empty think block).
 
     Always at most all but the prompt's last token."""
     n = len(prompt)
@@ -378,10 +392,113 @@ def least(kind: Kind, prompt: list[int], seen: list[Seen]) -> int:
     for s in seen:
         shared = common_prefix(list(s.tokens), prompt)
         if kind == "full":
-            got = shared
-        elif shared >= len(s.tokens) and (len(s.tokens) < n or kind == "recurrent"):
-            got = len(s.tokens) - (NEAR if kind == "recurrent" else 0)
+            got = 0 if s.on_disk and shared < BLOCK else shared
         else:
             got = max((m for m in s.marks if m <= shared), default=0)
+            extends = shared >= len(s.tokens) and (len(s.tokens) < n or kind == "recurrent")
+            if s.latest and extends:
+                got = max(got, len(s.tokens) - (NEAR if kind == "recurrent" else 0))
+            elif kind == "recurrent" and s.latest and 0 < s.answer <= shared:
+                got = max(got, s.answer)  # a template that renders the answer anew
         best = max(best, got)
     return max(0, min(best, n - 1))
+
+
+# ---- agent flows, as operations -------------------------------------------------
+
+SYSTEMS = (
+    "You are an interactive CLI coding agent.\n" + rules(0, 14),
+    "You are a code reviewer; answer briefly.\n" + rules(1, 12),
+)
+
+
+@dataclass
+class Chat:
+    system: int
+    turns: list[str]  # user, assistant, ..., user
+    answer: str = ""  # the last answer's text
+
+
+class Session:
+    """A real engine driven through agent flows, each request checked
+    against the promise (`least`), a cold engine's answer (or a near tie),
+    and the sequences' bookkeeping. `log` is the flow so far, as the
+    operation names a table row replays (`replay`)."""
+
+    def __init__(self, model: Path, disk: Path, cold: Cold, kind: Kind, **load: object) -> None:
+        self.model, self.kind, self.cold, self.load = model, kind, cold, load
+        self.engine = Engine(model, disk=disk, load=dict(load))
+        self.chats: list[Chat] = []
+        self.seen: list[Seen] = []
+        self.log: list[str] = []
+        self.salt = 0
+
+    def close(self) -> None:
+        self.engine.close()
+
+    # the operations
+    def new(self, system: int, seed: int) -> None:
+        """A new conversation (the same system prompt and tools as another, or not)."""
+        self.log.append(f"new {system} {seed}")
+        self.chats.append(Chat(system, [question(seed, lines=4)]))
+        self._ask(len(self.chats) - 1)
+
+    def turn(self, chat: int) -> None:
+        """The conversation's next turn (its answer sent back as it came)."""
+        c = self.chats[chat % len(self.chats)]
+        self.log.append(f"turn {chat % len(self.chats)}")
+        self.salt += 1
+        c.turns += [c.answer or "ok", f"Next, step {self.salt}: what about line {self.salt}?"]
+        self._ask(self.chats.index(c))
+
+    def edit(self, chat: int) -> None:
+        """The history cut back to its first message, and that one changed."""
+        c = self.chats[chat % len(self.chats)]
+        self.log.append(f"edit {chat % len(self.chats)}")
+        self.salt += 1
+        c.turns = [c.turns[0] + f"\n(edited {self.salt})"]
+        self._ask(self.chats.index(c))
+
+    def resend(self, chat: int) -> None:
+        """The conversation's last request sent again (a client's retry)."""
+        self.log.append(f"resend {chat % len(self.chats)}")
+        self._ask(chat % len(self.chats))
+
+    def side(self, seed: int) -> None:
+        """A side request: a title, with its own short system prompt."""
+        self.log.append(f"side {seed}")
+        self._check(title_request(question(seed, lines=2)), None)
+
+    def restart(self) -> None:
+        self.log.append("restart")
+        self.engine.restart()
+        self.seen = [replace(s, on_disk=True) for s in self.seen]
+
+    # what each request is held to
+    def _ask(self, chat: int) -> None:
+        c = self.chats[chat]
+        request = conversation(*c.turns, system=SYSTEMS[c.system], max_tokens=8)
+        turn = self._check(request, chat)
+        c.answer = turn.text
+
+    def _check(self, request: ChatRequest, chat: int | None) -> Turn:
+        turn = self.engine.ask(request)
+        want = least(self.kind, turn.prompt, self.seen)
+        flow = " / ".join(self.log)
+        assert turn.cached >= want, f"{flow}: read {turn.cached}, promised {want} ({turn.started})"
+        assert self.engine.consistent() == [], flow
+        cold = self.cold.answers.get(tuple(turn.prompt)) or self.cold.ask(request)
+        why = parted(turn, cold, self.model, **self.load)
+        assert why == "", f"{flow}: {why}"
+        # Only the latest prompt of a conversation is the one its next turn extends.
+        if chat is not None:
+            self.seen = [replace(s, latest=False) if s.chat == chat else s for s in self.seen]
+        self.seen.append(Seen(tuple(turn.prompt), turn.marks, chat=chat, answer=turn.answer_start))
+        return turn
+
+
+def replay(session: Session, flow: list[str]) -> None:
+    """A table row: the operations a shrunk failure took, by name."""
+    for step in flow:
+        name, *args = step.split()
+        getattr(session, name)(*(int(a) for a in args))
