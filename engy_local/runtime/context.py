@@ -172,11 +172,15 @@ class Context:
     def copy(self, src: int, dst: int, keep: int, checkpoint: bytes | None = None) -> bool:
         """Makes `dst` hold the first `keep` positions of `src`. A recurrent
         state is copied whole, or (`keep` short of its end) taken from
-        `checkpoint`, saved when `src` held `keep` tokens."""
+        `checkpoint`, saved when `src` held `keep` tokens; so is a sliding
+        window that no longer reaches back to `keep`."""
         if self.model.recurrent:
             return self._copy_recurrent(src, dst, keep, checkpoint)
+        window: bytes | None = None
         if not self._window_covers(src, keep):
-            return False
+            if checkpoint is None:
+                return False
+            window = checkpoint
         self.clear(dst)
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, 0, keep)
         if self.model.n_swa > 0:
@@ -185,8 +189,10 @@ class Context:
             # it: a few copies of one prefix filled the window layers' cache
             # for good (issue 22). Reading the window back in gives `dst`
             # window cells of its own (a few MB); full-attention cells stay
-            # shared.
-            window = self.save(dst, partial=True)
+            # shared. (Reading a state clears the sequence's cells of those
+            # layers first.)
+            if window is None:
+                window = self.save(dst, partial=True)
             if not self._read(dst, window, _PARTIAL) or self.pos_max(dst) != keep - 1:
                 self.clear(dst)
                 return False

@@ -148,11 +148,12 @@ class Prefixes:
             return ""
         part = where(known) if known else "nothing cached shares its start"
         miss = f"token {known} of {n}, in {part}"
-        if self.model.recurrent and reuse < usable:
+        if self.checkpointed and reuse < usable:
             # The cached tokens go further than any state it could resume.
             if reuse:
                 return f"{miss}; resumed at the checkpoint at token {reuse}"
-            return f"{miss}; no checkpoint of the recurrent state before it"
+            what = "the recurrent state" if self.model.recurrent else "the sliding window"
+            return f"{miss}; no checkpoint of {what} before it"
         return miss
 
     def cached(self, prompt: list[int], usable: Callable[[int], int]) -> int:
@@ -170,24 +171,58 @@ class Prefixes:
     def _best(
         self, prompt: list[int], usable: Callable[[int], int]
     ) -> tuple[CacheEntry | None, int]:
-        if not self.model.recurrent:
+        if not self.checkpointed:
             return self.cache.best(prompt)
-        return self.cache.best(prompt, partial(_entry_reach, usable))
+        return self.cache.best(prompt, lambda entry, n: self._reach(entry, usable(n)))
+
+    @property
+    def checkpointed(self) -> bool:
+        """The model resumes a saved state only at its end, where a checkpoint
+        was kept, or (a sliding window) where its window still reaches."""
+        return self.model.recurrent or self.model.n_swa > 0
+
+    def _reach(self, entry: CacheEntry, n: int) -> int:
+        """Where a saved state can be resumed when its first `n` tokens are
+        wanted: `n` itself where it can be cut there, or else the latest of
+        its checkpoints at or before `n` (a sliding window parked at the end
+        of an answer resumes where that answer began)."""
+        held = len(entry.tokens)
+        if n >= held or (not self.model.recurrent and self._window_reaches(entry.pos_min, n)):
+            return min(n, held)
+        return resumable(n, held, (p for p, _ in entry.windows))
+
+    def _window_reaches(self, pos_min: int, n: int) -> bool:
+        """A state whose sliding-window layers hold positions from `pos_min`
+        on can resume at `n` (its token sees the n_swa - 1 before it)."""
+        n_swa = self.model.n_swa
+        return n_swa <= 0 or n <= 0 or pos_min <= max(0, n - n_swa + 1)
+
+    def cuts(self, slot: Slot, n: int) -> bool:
+        """`slot`'s state can be cut back to `n` tokens (for slots.choose)."""
+        if self.model.recurrent:
+            return n >= len(slot.held)
+        if self.model.n_swa <= 0 or n >= len(slot.held) or not slot.held:
+            return True
+        return self._window_reaches(self.ctx.pos_min(slot.id), n)
 
     def covers(self, tokens: list[int]) -> bool:
-        return self.cache.covers(tokens, self.model.recurrent)
+        """An entry holds all of `tokens` and can be resumed at their end."""
+        n = len(tokens)
+        for e in self.cache.entries:
+            held = len(e.tokens) >= n and e.tokens[:n] == tokens
+            if held and (not self.checkpointed or self._reach(e, n) == n):
+                return True
+        return False
 
     def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
-        recurrent = self.model.recurrent
+        checkpointed = self.checkpointed
 
         def gives(entry: CacheEntry, k: int) -> int:
-            """`n`, where a recurrent entry can be resumed there."""
-            ends = [len(entry.tokens), *(p for p, _ in entry.windows)]
-            return n if k >= n and n in ends else 0
+            """`n`, where the entry can be resumed there."""
+            return n if k >= n and self._reach(entry, n) == n else 0
 
-        entry, _ = self.cache.best(prompt, gives if recurrent else None)
-        n_swa = self.model.n_swa
-        if entry is None or (n_swa > 0 and entry.pos_min > max(0, n - n_swa + 1)):
+        entry, _ = self.cache.best(prompt, gives if checkpointed else None)
+        if entry is None:
             return False
         if not self.ctx.restore(slot.id, entry.state):
             slot.replace([])
@@ -195,11 +230,15 @@ class Prefixes:
         self.cache.touch(entry)
         slot.replace(list(entry.tokens))
         slot.ends = [e for e in entry.ends if e <= len(entry.tokens)]
-        if recurrent:
+        if checkpointed:
+            # The entry's checkpoints come back with it: a later turn (or a
+            # later park) needs where this conversation's answers began.
             slot.checkpoints = [Checkpoint(p, w) for p, w in entry.windows]
-            at = [c for c in slot.checkpoints if c.pos == n]
-            if n < len(entry.tokens) and not (at and self._rewind(slot, at[-1], n)):
-                return False
+            if n < len(entry.tokens) and not self._cut(slot, n):
+                at = [c for c in slot.checkpoints if c.pos == n]
+                if not (at and self._rewind(slot, at[-1], n)):
+                    self.pin()
+                    return False
             self.pin()
         elif not self._cut(slot, n):
             return False
@@ -359,9 +398,3 @@ class Prefixes:
         for entry in self.cache.entries:
             self.to_disk(entry)
         self.disk.close()
-
-
-def _entry_reach(usable: Callable[[int], int], entry: CacheEntry, n: int) -> int:
-    """Where a recurrent model's cache entry resumes for a prompt sharing
-    its first `n` tokens."""
-    return resumable(usable(n), len(entry.tokens), (p for p, _ in entry.windows))

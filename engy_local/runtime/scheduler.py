@@ -93,9 +93,14 @@ class Scheduler:
         else:
             cap = min(model.draft_max, self.ctx.rollback) if model.recurrent else model.draft_max
             if model.speculative == "on":
-                return Gate(Costs(tuple(1.0 for _ in SIZES)), cap=cap)
+                return Gate(Costs(tuple(1.0 for _ in SIZES)), cap=cap, fixed=True)
             gate = Gate(measure(self._time_step), cap=cap)
             if gate.pays_at_all():
+                return gate
+            if not model.recurrent:
+                # Timings at start-up may be a burst of other work: serving
+                # times its steps again, and drafts where they pay then.
+                log.info("%s: speculative decoding waits (%s at start-up)", model.path.name, why)
                 return gate
         log.info("%s: speculative decoding off (%s)", model.path.name, why)
         if model.recurrent and not self.ctx.rollback:
@@ -149,7 +154,8 @@ class Scheduler:
         stored = hit.tokens if hit is not None else 0
         recurrent = self.model.recurrent
         covers = self.prefixes.covers
-        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, covers, stored, recurrent)
+        cuts = self.prefixes.cuts
+        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, covers, stored, recurrent, cuts)
         assert plan is not None, "admitted without a free sequence"
         slot = self.slots[plan.slot]
         if plan.save:
@@ -350,7 +356,10 @@ class Scheduler:
         outputs, fed = self._build(prompts=True)
         while True:
             try:
+                t0 = time.perf_counter()
                 if self.ctx.decode():
+                    if self.gate is not None and not any(f.reading for f in fed):
+                        self.gate.observe(self.ctx.batch.n, time.perf_counter() - t0)
                     return outputs, fed
             except EngyError as exc:
                 for f in fed:

@@ -107,6 +107,7 @@ def choose(
     saved: Callable[[list[int]], bool] = lambda tokens: False,
     stored: int = 0,
     recurrent: bool = False,
+    cuts: Callable[[Slot, int], bool] = lambda slot, n: True,
 ) -> Plan | None:
     """A plan for `prompt`, or None when every sequence is busy. `cached` is
     the longest prefix the RAM cache holds and `saved(tokens)` whether it
@@ -115,14 +116,17 @@ def choose(
     evaluate, and no image may be split); `stored` is what the disk tier
     gives (already a length it can resume at). A `recurrent` sequence
     resumes only at its end or at one of its checkpoints (`cached` is then
-    already such a length too)."""
+    already such a length too); so does a sliding window's where `cuts`
+    says its window layers no longer reach back to a length."""
     free = [s for s in slots if not s.busy]
     if not free:
         return None
 
     def reach(s: Slot) -> int:
         n = usable(common_prefix(s.held, prompt))
-        return resumable(n, len(s.held), (c.pos for c in s.checkpoints)) if recurrent else n
+        if recurrent or not cuts(s, n):
+            return resumable(n, len(s.held), (c.pos for c in s.checkpoints))
+        return n
 
     own = {s.id: reach(s) for s in slots}
 

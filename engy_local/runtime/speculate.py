@@ -17,9 +17,14 @@ llama_decode step as every other sequence's token.
   rounding: a step of several rows adds in another order than a step of
   one, which can turn a near tie the other way.
 - Paying for itself (`Gate`): at load the model's step times are measured
-  for batches of 1 to 64 tokens (`measure`); a sequence drafts only as far
-  as its expected accepted tokens are worth more than the extra rows cost
-  beside what the step already holds. Acceptance is tracked per sequence:
+  for batches of 1 to 64 tokens (`measure`), and every generating step
+  while serving times its size again (`observe`: down at once, up by a
+  little a step, so a burst of other work at start-up or later does not
+  turn drafting off for good); a sequence drafts only as far as its
+  expected accepted tokens are worth more than the extra rows cost beside
+  what the step already holds. Where a token more costs a step of its own
+  (`pays_at_all`), one sequence drafts one token every RETRY steps, which
+  times a step of two rows again. Acceptance is tracked per sequence:
   drafts lengthen as they are accepted and shorten as they are not, and a
   sequence whose drafts fail stops drafting, trying again now and then.
 """
@@ -38,6 +43,7 @@ CANDIDATES = 16  # occurrences of a suffix compared, latest first
 AGREEMENT = 64  # tokens before an occurrence compared with those before the suffix
 RETRY = 32  # steps a sequence that stopped drafting waits before it tries again
 DECAY = 0.8  # what a draft's outcome still counts one draft later
+RISE = 1.05  # the most a step size's cost goes up for one slower step observed
 
 
 class Drafter:
@@ -178,12 +184,23 @@ class Gate:
     margin: float = 1.1  # the expected gain must beat the extra cost by this
     stats: dict[int, Acceptance] = field(default_factory=dict)  # by sequence
     why: str = ""  # why drafting is off, when it is (for the log)
+    waited: int = 0  # steps since a probe, while drafting does not pay at all
+    fixed: bool = False  # costs given, not measured ("on": draft whatever it costs)
 
     def lengths(self, rows: int, wants: dict[int, int]) -> dict[int, int]:
         """Draft lengths for the sequences in `wants` (sequence -> tokens
         its drafter has, at most), in a step that holds `rows` tokens
         already. A sequence drafts k tokens when what they are expected to
         save beats what they add to the step."""
+        if not wants:
+            return {}
+        if not self.pays_at_all():
+            # A probe now and then: a one-token draft times a step of two.
+            self.waited += 1
+            if self.waited < RETRY or rows != 1:
+                return {}
+            self.waited = 0
+            return {next(iter(wants)): 1}
         per_token = self.costs.of(rows) / max(1, rows)  # what one output costs now
         out: dict[int, int] = {}
         extra = 0
@@ -211,6 +228,16 @@ class Gate:
                 # rate only moves when it drafts).
                 stat.idle = 1
         return out
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """A generating step of `tokens` rows took `seconds`: that size's
+        cost follows it, down at once, up by at most RISE."""
+        if self.fixed or tokens not in SIZES[: len(self.costs.seconds)]:
+            return
+        i = SIZES.index(tokens)
+        seconds_now = list(self.costs.seconds)
+        seconds_now[i] = min(seconds, seconds_now[i] * RISE)
+        self.costs = Costs(tuple(seconds_now))
 
     def account(self, seq: int, drafted: int, accepted: int) -> None:
         self.stats.setdefault(seq, Acceptance()).update(drafted, accepted, self.cap)

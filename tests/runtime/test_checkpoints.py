@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from engy_local.runtime.prefixes import NEAR, STRIDE, points
+from engy_local.runtime.prefixes import NEAR, STRIDE, Prefixes, points
 
 R = SimpleNamespace(recurrent=True, n_swa=0)  # recurrent state (a hybrid too)
 W = SimpleNamespace(recurrent=False, n_swa=512)  # a sliding window
@@ -43,3 +43,39 @@ def test_points(
     assert got == expected
     if model.recurrent:
         assert all(b - a >= NEAR for a, b in itertools.pairwise(got))
+
+
+def parked(model: Any) -> Prefixes:
+    """A RAM cache holding one sequence parked after turn 1 (prompt of 700
+    tokens, messages from 400, a 40-token answer), its checkpoints with it;
+    the window layers hold its last 512 positions."""
+    model = SimpleNamespace(cache_ram=1 << 20, **vars(model))
+    prefixes = Prefixes(model, SimpleNamespace(), [], None)  # type: ignore[arg-type]
+    tokens = list(range(740))
+    prefixes.cache.put(tokens, b"state", 740 - 512, [(400, b"m"), (700, b"e")], [700])
+    return prefixes
+
+
+TURN2 = [*range(705), -1, -2]  # the answer re-rendered: it parts 5 tokens in
+
+# name, model, prompt, what the RAM cache gives, covers all 740
+REACH: list[tuple[str, Any, list[int], int, bool]] = [
+    ("full attention: the shared prefix", A, TURN2, 705, True),
+    ("a window: where the answer began", W, TURN2, 700, False),
+    ("a window: its messages' start", W, [*range(450), -1], 400, False),
+    ("a window: where it still reaches", W, [*range(739), -1, -2], 739, False),
+    ("recurrent: where the answer began", R, TURN2, 700, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "prompt", "gives", "covers"), [c[1:] for c in REACH],
+                         ids=[c[0] for c in REACH])  # fmt: skip
+def test_a_parked_state_resumes_at_its_checkpoints(
+    model: Any, prompt: list[int], gives: int, covers: bool
+) -> None:
+    prefixes = parked(model)
+    whole = len(prompt) - 1
+    assert prefixes.cached(prompt, lambda n: min(n, whole)) == gives
+    assert prefixes.covers(list(range(740)))
+    assert prefixes.covers(list(range(700)))  # a checkpoint there, or cut
+    assert prefixes.covers(list(range(705))) is covers

@@ -7,7 +7,7 @@ import pytest
 
 from engy_local.runtime.cache import PromptCache
 from engy_local.runtime.cpu import build_has_amx, cpu_reports_amx, decide
-from engy_local.runtime.slots import Option, Slot, choose, common_prefix
+from engy_local.runtime.slots import Checkpoint, Option, Slot, choose, common_prefix
 
 SYSTEM = list(range(1000, 1400))  # a 400-token system prompt shared by two agents
 CONV_A = [*SYSTEM, *range(1, 301)]  # conversation A after its first turn
@@ -180,3 +180,23 @@ def test_a_stale_long_conversation_is_saved_rather_than_a_fresh_short_one_droppe
     fresh = list(range(7000, 7140))  # too short to save, but it just spoke
     plan = choose(TITLE, slots(stale, fresh, used=(1, 9)), 0, 256)
     assert plan is not None and plan.slot == 0 and plan.save
+
+
+def test_a_window_that_no_longer_reaches_resumes_at_a_checkpoint() -> None:
+    """A sliding-window sequence holding turn 1 and its answer: turn 2
+    leaves it where the answer began; the window layers reach back only a
+    window from the end, so it resumes at the checkpoint kept there."""
+    answer = list(range(9000, 9020))
+    held = [*CONV_A, *answer]
+    slot = Slot(0, list(held), checkpoints=[Checkpoint(len(SYSTEM), b"m", True),
+                                            Checkpoint(len(CONV_A), b"e")])  # fmt: skip
+    turn2 = [*CONV_A, *answer[:5], 77, 78]
+    # The window reaches back 10 tokens (an answer's few tokens more: no).
+    plan = choose(turn2, [slot, Slot(1)], 0, 256, cuts=lambda s, n: n >= len(s.held) - 10)
+    assert plan is not None and plan.options[0] == Option("self", len(CONV_A))
+    # Where it still reaches, the whole shared prefix.
+    plan = choose(turn2, [slot, Slot(1)], 0, 256)
+    assert plan is not None and plan.options[0] == Option("self", len(CONV_A) + 5)
+    # A new conversation with the same system prompt copies it at the mark.
+    plan = choose(CONV_B, [slot, Slot(1)], 0, 256, cuts=lambda s, n: n >= len(s.held) - 10)
+    assert plan is not None and plan.options[0] == Option("copy", len(SYSTEM), 0)
