@@ -263,8 +263,8 @@ function renderServing() {
   });
   const more = state.served.length - shown.length;
   if (!state.served.length) line.replaceChildren(h("span", { class: "muted", text: "no model served" }));
-  else line.replaceChildren(h("span", { class: "muted", text: "serving " }), ...shown,
-    more > 0 ? h("span", { class: "muted", text: ` and ${more} more (Models)` }) : null);
+  else line.replaceChildren(h("span", { class: "muted", text: "serving" }), ...shown,
+    ...(more > 0 ? [h("span", { class: "muted", text: `and ${more} more (Models)` })] : []));
 }
 
 function badge(kind, text) {
