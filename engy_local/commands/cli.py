@@ -21,6 +21,7 @@ from .options import (
     GpuLayers,
     Mmproj,
     ModelArg,
+    ModelsDir,
     Rpc,
     Temp,
     Threads,
@@ -133,15 +134,32 @@ def cache_clear(
         console.print(line, soft_wrap=True, highlight=False)
 
 
-@app.command(name="models")
-def list_catalog() -> None:
-    """List the models in the catalog."""
-    from ..models.catalog import load_catalog
+def _wide() -> Console:
+    """A table's console: the terminal's width, and wide enough that ids and
+    paths are never cut where the output goes to a pipe or a file."""
+    out = Console()
+    return out if out.is_terminal else Console(width=max(out.width, 240))
 
-    catalog = load_catalog()
-    for entry in catalog.entries.values():
-        mark = " (default)" if entry.id == catalog.default else ""
-        typer.echo(f"{entry.id}\t{entry.quant}\t{entry.name}{mark}")
+
+@app.command(name="models")
+def list_catalog(models_dir: ModelsDir = None, as_json: AsJson = False) -> None:
+    """List the models in the catalog: size (here, or to download), memory at the
+    default window, and whether it fits this machine."""
+    import json
+
+    from ..models.catalog import load_catalog
+    from ..models.folders import add_user_roots
+    from ..models.store import installed
+    from ..runtime.fit import machine
+    from .inventory import catalog_json, catalog_table
+
+    add_user_roots(list(models_dir or ()))
+    with one_line_errors():
+        rows = catalog_json(load_catalog(), installed(), machine())
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        _wide().print(catalog_table(rows))
 
 
 @app.command()
@@ -163,12 +181,23 @@ def pull(
 
 
 @app.command(name="list")
-def list_models() -> None:
-    """List the installed models: pulled, imported, and found in the Hugging Face cache."""
-    from ..models.store import installed
-    from .inventory import list_table
+def list_models(models_dir: ModelsDir = None, as_json: AsJson = False) -> None:
+    """List the installed models: pulled, imported, and found in the Hugging Face cache,
+    Ollama, LM Studio and your folders; with memory needed and whether each fits."""
+    import json
 
-    Console().print(list_table(installed()))
+    from ..models.folders import add_user_roots
+    from ..models.store import installed
+    from ..runtime.fit import machine
+    from .inventory import list_json, list_table
+
+    add_user_roots(list(models_dir or ()))
+    with one_line_errors():
+        records, here = installed(), machine()
+    if as_json:
+        typer.echo(json.dumps(list_json(records, here), indent=2))
+    else:
+        _wide().print(list_table(records, here))
 
 
 @app.command()

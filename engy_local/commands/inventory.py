@@ -1,4 +1,4 @@
-"""What `engy list` and `engy show` print about installed models."""
+"""What `engy list`, `engy models` and `engy show` print about models."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from ..models.download import progress_bar
 from ..models.ggufmeta import parameter_count, read_metadata, trained_context
 from ..models.pull import pull
 from ..models.store import Installed, Removed, find
+from ..runtime.fit import Fit, Machine, estimate
+from ..runtime.fit import machine as this_machine
 
 _SOURCE = {
     "catalog": "pulled",
@@ -22,6 +24,9 @@ _SOURCE = {
     "pypi": "package",
     "file": "imported",
     "hf-cache": "hf cache",
+    "ollama": "ollama",
+    "lmstudio": "lm studio",
+    "folder": "folder",
 }
 
 
@@ -37,19 +42,94 @@ def human_size(n: int | None) -> str:
     return f"{size:.1f} TB"
 
 
-def list_table(records: list[Installed]) -> Table:
+def fit_of(record: Installed, machine: Machine) -> Fit:
+    """How an installed model fits this machine at serve's defaults."""
+    return estimate(record.files, record.size, machine)
+
+
+def _memory(fit: Fit) -> str:
+    return human_size(fit.need) + (" + KV" if fit.kv is None else "")
+
+
+def list_json(records: list[Installed], machine: Machine) -> list[dict[str, Any]]:
+    """`engy list --json`: one object a model."""
+    rows = []
+    for r in records:
+        rows.append(
+            {
+                "id": r.id,
+                "aliases": list(r.aliases),
+                "quant": r.quant,
+                "size": r.size,
+                "context": r.context,
+                "source": r.source,
+                "owned": r.owned,
+                "path": str(r.path),
+                "mmproj": str(r.mmproj) if r.mmproj else None,
+                **fit_of(r, machine).to_json(),
+            }
+        )
+    return rows
+
+
+def list_table(records: list[Installed], machine: Machine) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("ID", "SIZE", "QUANT", "CONTEXT", "FROM", "PATH"):
+    for column in ("ID", "SIZE", "QUANT", "CONTEXT", "MEMORY", "FIT", "FROM", "PATH"):
         table.add_column(column, no_wrap=column != "PATH", overflow="fold")
     for r in records:
+        fit = fit_of(r, machine)
         table.add_row(
             r.id,
             human_size(r.size),
             r.quant or "-",
             f"{r.context:,}" if r.context else "-",
+            _memory(fit),
+            fit.label,
             _SOURCE.get(r.source, r.source),
             str(r.path),
         )
+    return table
+
+
+def catalog_json(
+    catalog: Catalog, records: list[Installed], machine: Machine
+) -> list[dict[str, Any]]:
+    """`engy models --json`: each catalog model at its default quant, with
+    its size on disk where a copy is here (engy's store, the Hugging Face
+    cache, Ollama, LM Studio, a folder), else the size to download."""
+    rows = []
+    for entry in catalog.entries.values():
+        here = [r for r in records if entry.id in r.names()]
+        record = next((r for r in here if r.quant == entry.quant), here[0] if here else None)
+        if record is not None:
+            fit = fit_of(record, machine)
+        else:
+            fit = estimate(None, entry.size or 0, machine)
+        rows.append(
+            {
+                "id": entry.id,
+                "name": entry.name,
+                "quant": record.quant if record else entry.quant,
+                "default": entry.id == catalog.default,
+                "installed": record is not None,
+                "source": record.source if record else None,
+                "size": record.size if record else entry.size,
+                **fit.to_json(),
+            }
+        )
+    return rows
+
+
+def catalog_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ID", "QUANT", "SIZE", "MEMORY", "FIT", "NAME"):
+        table.add_column(column, no_wrap=column != "NAME", overflow="fold")
+    for row in rows:
+        where = f" ({_SOURCE.get(row['source'], row['source'])})" if row["installed"] else ""
+        size = "-" if not row["size"] else human_size(row["size"]) + (where or " to get")
+        memory = human_size(row["memory"]) + (" + KV" if row["kv"] is None else "")
+        mark = " (default)" if row["default"] else ""
+        table.add_row(row["id"], row["quant"], size, memory, row["fit_label"], row["name"] + mark)
     return table
 
 
@@ -135,7 +215,11 @@ def _detected_family(template: str | None) -> str | None:
 
 
 def pull_with_progress(ref: str, console: Console) -> Installed:
-    """`engy pull`: pull with a progress bar on `console`."""
+    """`engy pull`: pull with a progress bar on `console` (after a warning
+    where the model will not fit this machine)."""
+    warning = fit_warning(ref)
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True, highlight=False)
 
     def waiting() -> None:
         console.print(f"waiting for another engy pull of {ref} to finish...", soft_wrap=True)
@@ -145,6 +229,32 @@ def pull_with_progress(ref: str, console: Console) -> Installed:
         return pull(ref, progress=progress, on_wait=waiting)
     finally:
         progress.stop()
+
+
+def fit_warning(ref: str, machine: Machine | None = None) -> str:
+    """What `engy pull` says before downloading a catalog model that will
+    not fit this machine ("" where it fits, or its size is not known)."""
+    catalog = load_catalog()
+    name, _, quant = ref.partition("@")
+    entry = catalog.find(name) if not ref.startswith(("hf:", "http://", "https://")) else None
+    if entry is None:
+        return ""
+    try:
+        size = entry.pick(quant or None).size
+    except CatalogError:
+        return ""
+    if not size:
+        return ""
+    machine = machine or this_machine()
+    fit = estimate(None, size, machine)
+    if fit.verdict == "large":
+        return (
+            f"{entry.id} is {human_size(size)} of weights, more than this machine's memory "
+            "holds (engy models shows what fits)"
+        )
+    if fit.verdict == "ram" and machine.gpu_free:
+        return f"{entry.id} ({human_size(size)}) will not fit the GPU; it would run from RAM"
+    return ""
 
 
 def removed_lines(gone: Removed) -> list[str]:

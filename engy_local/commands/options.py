@@ -122,6 +122,15 @@ Mmproj = Annotated[
     Optional[Path],
     typer.Option("--mmproj", help="Vision projector GGUF for MODEL", rich_help_panel=VISION),
 ]
+ModelsDir = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--models-dir",
+        help="A folder of GGUFs to list and serve in place (repeat for several; also "
+        "$ENGY_MODELS_DIRS, separated by ':')",
+        rich_help_panel=MODEL,
+    ),
+]
 Rpc = Annotated[
     Optional[list[str]],
     typer.Option(

@@ -23,6 +23,7 @@ from .options import (
     Host,
     Mmproj,
     ModelArg,
+    ModelsDir,
     Port,
     Rpc,
     ServerKey,
@@ -193,13 +194,17 @@ def serve(
         Optional[str],
         _opt("How much of the model each device takes, e.g. 3,1 (RPC workers, then GPUs)", RPC),
     ] = None,
+    models_dir: ModelsDir = None,
     verbose: Verbose = False,
 ) -> None:
     """Serve a model on POST /v1/messages (Anthropic), /v1/responses and
     /v1/chat/completions (OpenAI)."""
+    from ..models.folders import add_user_roots
     from ..runtime.memory import check_flash, kv_type
     from ..runtime.rpc import parse_tensor_split
     from ..server.start import run_server
+
+    add_user_roots(list(models_dir or ()))
 
     if flash_attn not in ("auto", "on", "off"):
         raise typer.BadParameter("expected 'auto', 'on' or 'off'", param_hint="--flash-attn")

@@ -190,3 +190,21 @@ def tensor_sizes(path: Path) -> dict[str, int]:
         offsets.sort()
         ends = [start for start, _ in offsets[1:]] + [header.size - data]
         return {name: end - start for (start, name), end in zip(offsets, ends, strict=True)}
+
+
+# llama.cpp's `enum llama_ftype` (general.file_type): the quantization most
+# of a file's weights have, by number.
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4",
+}  # fmt: skip
+
+
+def file_type(meta: dict[str, Any]) -> str:
+    """The quantization the header states (general.file_type), or ""."""
+    value = meta.get("general.file_type")
+    return FILE_TYPES.get(value, "") if isinstance(value, int) else ""

@@ -11,7 +11,9 @@ Layout, under `engy_home()/models`:
 A model is installed exactly when its directory holds a manifest; the manifest
 is written only after every file is in place and verified, so nothing
 half-written is ever listed or served. GGUFs in the Hugging Face cache are
-listed too and served where they are (see `hfcache`).
+listed too and served where they are (see `hfcache`), and so are the GGUFs
+of Ollama's store, LM Studio's folders and the folders a user names (see
+`ollama` and `folders`): never written to, and never removed by `engy rm`.
 
 The manifest (JSON), one per model:
 
@@ -50,40 +52,15 @@ from typing import Any
 from ..errors import CatalogError
 from . import hfcache
 from .catalog import Catalog, Entry, load_catalog, models_dir, quant_of, split_stem
+from .elsewhere import elsewhere, not_ours
+from .installed import Installed as Installed  # re-exported: the store lists these
+from .installed import catalog_index
 from .safety import within
 
 log = logging.getLogger("engy.store")
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-
-
-@dataclass(frozen=True)
-class Installed:
-    """A model that can be served: its files on disk and what it is."""
-
-    id: str
-    quant: str
-    files: tuple[Path, ...]
-    mmproj: Path | None = None
-    size: int = 0
-    context: int | None = None
-    family: str | None = None
-    source: str = "catalog"  # catalog | hf | url | file | pypi | hf-cache
-    origin: str = ""  # the repository, URL or original path
-    owned: bool = True  # whether `engy rm` deletes the files
-    aliases: tuple[str, ...] = ()
-    sha256: tuple[str | None, ...] = ()
-    manifest: Path | None = None
-
-    @property
-    def path(self) -> Path:
-        """The file to load (the first part of a split GGUF)."""
-        return self.files[0]
-
-    def names(self) -> tuple[str, ...]:
-        """Every name this model answers to."""
-        return (self.id, *self.aliases, self.path.name, split_stem(self.path.name))
 
 
 # --- directories, locks and manifests ---------------------------------------------
@@ -211,21 +188,11 @@ def pulled(check_files: bool = True) -> list[Installed]:
 # --- the Hugging Face cache ------------------------------------------------------
 
 
-def _catalog_index(catalog: Catalog) -> dict[tuple[str, str], tuple[Entry, str]]:
-    """(repository, path of a quant's first file) -> (entry, quant)."""
-    index = {}
-    for entry in catalog.entries.values():
-        if entry.hf:
-            for quant in entry.quants.values():
-                index[(entry.hf, quant.files[0].path)] = (entry, quant.name)
-    return index
-
-
 def cached(catalog: Catalog | None = None) -> list[Installed]:
     """GGUFs in the Hugging Face cache. A catalog model's file takes the
     catalog's id; any other is `hf:owner/repo` with its quant."""
     catalog = catalog or load_catalog()
-    index = _catalog_index(catalog)
+    index = catalog_index(catalog)
     records = []
     for model in hfcache.scan():
         known = index.get((model.repo, model.path))
@@ -252,8 +219,13 @@ def cached(catalog: Catalog | None = None) -> list[Installed]:
 
 def installed(hf_cache: bool = True) -> list[Installed]:
     """Every model that can be served: the store's, then (with `hf_cache`)
-    those in the Hugging Face cache."""
-    return pulled() + (cached() if hf_cache else [])
+    those in the Hugging Face cache, Ollama's store, LM Studio's folders and
+    the user's folders."""
+    if not hf_cache:
+        return pulled()
+    catalog = load_catalog()
+    others = elsewhere(catalog)
+    return pulled() + cached(catalog) + [r for records in others.values() for r in records]
 
 
 # --- finding a model -------------------------------------------------------------
@@ -297,9 +269,12 @@ def find(ref: str, catalog: Catalog | None = None) -> Installed | None:
     name, quant = _split_ref(ref)
     entry = catalog.find(name)
     wanted = {name, entry.id} if entry else {name}
-    for where in ("store", "hf-cache"):
-        records = pulled() if where == "store" else cached(catalog)
-        matches = [r for r in records if wanted & set(r.names())]
+    for where in ("store", "hf-cache", "elsewhere"):
+        if where == "elsewhere":
+            groups = list(elsewhere(catalog).values())
+        else:
+            groups = [pulled() if where == "store" else cached(catalog)]
+        matches = [r for records in groups for r in records if wanted & set(r.names())]
         if quant:
             matches = [r for r in matches if r.quant.lower() == quant.lower()]
         if matches:
@@ -399,5 +374,9 @@ def remove(ref: str) -> Removed:
                 f"{ref} is in the Hugging Face cache ({hfcache.hub_cache()}), which engy "
                 "does not delete from: use `hf cache delete`"
             )
+        for records in elsewhere(catalog).values():
+            for record in records:
+                if wanted & set(record.names()):
+                    raise CatalogError(not_ours(record))
         raise CatalogError(f"{ref} is not installed (see `engy list`)")
     return Removed(gone, unfinished)

@@ -24,6 +24,7 @@ class ServedModel:
     options: LoadOptions
     aliases: tuple[str, ...] = ()
     quantization: str = ""
+    owner: str = ""  # the tool whose files these are (Ollama, LM Studio ...); "": engy's or given
 
 
 # Text reaches the event loop at most this often while tokens come faster;

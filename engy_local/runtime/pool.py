@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..backend import ModelInfo, ModelStatus, SequenceStatus, provider_failure
 from ..chat import ChatRequest
-from ..errors import Busy, ModelNotFound, NotGGUF, NoWorker
+from ..errors import Busy, ModelLoadError, ModelNotFound, NotGGUF, NoWorker
 from ..models.ggufmeta import read_metadata, trained_context
 from ..prompt.prepare import count_tokens, prepare
 from .diskcache import DiskTier
@@ -72,6 +72,18 @@ def _window(served: ServedModel, meta: dict[str, object]) -> int:
     trained = trained_context(meta) or 4096
     cap = served.options.ctx_size
     return min(trained, cap) if cap else trained
+
+
+def _check_files(served: ServedModel) -> None:
+    """A model's files are there to load: another tool may have removed
+    them while this server ran (`ollama rm`, a prune, a folder tidied)."""
+    for path in (served.options.path, served.options.mmproj):
+        if path is not None and not path.is_file():
+            who = f"{served.owner} no longer has it" if served.owner else "moved or deleted"
+            raise ModelLoadError(
+                f"cannot load {served.id}: {path} is gone ({who}); `engy list` shows the "
+                "models there are now"
+            )
 
 
 class ModelPool:
@@ -212,6 +224,7 @@ class ModelPool:
         with self._lock:
             loaded = self._loaded.get(served.id)
             if loaded is None:
+                _check_files(served)
                 served = self._sized(served)
                 cost = estimate_cost(served)
                 self._make_room(cost)

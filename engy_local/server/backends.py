@@ -8,9 +8,11 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import CatalogError, EngyError
+from ..errors import CatalogError, EngyError, NotGGUF
 from ..models.catalog import Catalog, Entry, engy_home, load_catalog
+from ..models.elsewhere import OWNERS
 from ..models.embedded import assemble
+from ..models.ggufmeta import read_metadata
 from ..models.store import Installed, find, installed
 from ..prompt.hfvocab import HFVocabulary, is_hf_tokenizer
 from ..runtime.devices import offload_devices
@@ -41,13 +43,19 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
     entry = catalog.find(record.id) or next(
         (e for e in catalog.entries.values() if e.file == record.path.name), None
     )
+    template = entry.chat_template if entry else None
+    if entry is None and record.source == "ollama":
+        # gemma3:270m in Ollama is the catalog's gemma3:270m: its template
+        # serves a GGUF that carries none (Ollama's own are Go templates).
+        entry = catalog.find(record.id.removeprefix("ollama:"))
+        template = entry.chat_template if entry and not _has_template(record.path) else None
     tool_format = entry.extra.get("tool_format") if entry else None
     load = LoadOptions(
         record.path,
         options.ctx_size,
         options.gpu_layers,
         options.threads,
-        entry.chat_template if entry else None,
+        template,
         tool_format if isinstance(tool_format, str) else None,
         parallel=options.parallel,
         cache_ram=options.cache_ram,
@@ -65,7 +73,20 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
     )
     names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
     aliases = tuple(dict.fromkeys(n for n in names if n != record.id))
-    return ServedModel(id=record.id, options=load, aliases=aliases, quantization=record.quant)
+    return ServedModel(
+        id=record.id,
+        options=load,
+        aliases=aliases,
+        quantization=record.quant,
+        owner=OWNERS.get(record.source, ""),
+    )
+
+
+def _has_template(path: Path) -> bool:
+    try:
+        return bool(read_metadata(path).get("tokenizer.chat_template"))
+    except (OSError, NotGGUF):
+        return False
 
 
 def _digest(record: Installed) -> str | None:

@@ -22,6 +22,7 @@ from rich.progress import Progress
 
 from ..backend import Backend, Manages
 from ..errors import Busy, CatalogError, EngyError, InvalidRequest, ModelNotFound
+from ..models.elsewhere import OWNERS
 from ..models.pull import pull
 from ..models.store import Installed, installed, remove
 
@@ -145,7 +146,8 @@ def installed_json(backend: Backend) -> list[dict[str, Any]]:
                 "images": record.mmproj is not None,
                 "served": record.id in served,
                 "loaded": record.id in loaded,
-                "removable": record.source not in ("hf-cache", "pypi"),
+                # another tool's file (the HF cache, Ollama, LM Studio, a folder) is never removed
+                "removable": record.source not in ("pypi", *OWNERS),
             }
         )
     return out

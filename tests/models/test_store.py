@@ -58,7 +58,8 @@ def test_list_show_and_rm_on_a_store_of_tiny_models(
     code, out = run("list")
     assert code == 0
     header, *_ = [line for line in out.splitlines() if line.strip()]
-    assert header.split() == ["ID", "SIZE", "QUANT", "CONTEXT", "FROM", "PATH"]
+    columns = ["ID", "SIZE", "QUANT", "CONTEXT", "MEMORY", "FIT", "FROM", "PATH"]
+    assert header.split() == columns
     assert "Answer-Q8_0" in out and tiny_qwen3.stem in out
     assert f"{len(data) / 1e6:.1f} MB" in out and "Q8_0" in out and "32,768" in out
     assert "imported" in out and "pulled" in out

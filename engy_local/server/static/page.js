@@ -240,6 +240,7 @@ function render() {
     pending = false;
     const live = [...state.requests.values()].filter((r) => !["done", "failed", "stopped"].includes(r.state)).length;
     setText(document.getElementById("count-requests"), live ? String(live) : "");
+    renderServing();
     ({ requests: renderRequests, sessions: renderSessions, models: renderModels, cache: renderCache, figures: renderFigures, chat: renderChat })[active]();
   });
 }
@@ -247,6 +248,24 @@ function render() {
 setInterval(() => {
   if (active === "models" || active === "sessions" || active === "figures") render();
 }, 1000);
+
+// The header names what this server serves and whether it is loaded, on
+// every tab, before any request (a store served whole lists the first few).
+const SERVING_SHOWN = 3;
+function renderServing() {
+  const line = document.getElementById("serving");
+  const loaded = new Map(state.loaded.map((m) => [m.id, m]));
+  const shown = state.served.slice(0, SERVING_SHOWN).map((m) => {
+    const on = loaded.get(m.id);
+    return h("span", { class: "served-model", dataset: { model: m.id } },
+      h("strong", { text: m.id }), " ",
+      on ? badge("ok", `loaded${on.backend ? `, ${on.backend}` : ""}`) : badge("muted", "not loaded yet"));
+  });
+  const more = state.served.length - shown.length;
+  if (!state.served.length) line.replaceChildren(h("span", { class: "muted", text: "no model served" }));
+  else line.replaceChildren(h("span", { class: "muted", text: "serving" }), ...shown,
+    ...(more > 0 ? [h("span", { class: "muted", text: `and ${more} more (Models)` })] : []));
+}
 
 function badge(kind, text) {
   return h("span", { class: `badge b-${kind}`, text });
