@@ -1,5 +1,5 @@
-"""Claude Code and Codex on a real model: `engy launch` on
-Qwen2.5-Coder-0.5B-Instruct (support/realmodels.py) runs a shell command
+"""Claude Code and Codex on a real model: `engy launch` with no MODEL, on
+the default Qwen2.5-Coder-0.5B-Instruct (from its wheels), runs a shell command
 through the client's own tool, the client sends the result back, and the
 file the command wrote is there afterwards.
 
@@ -28,9 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from support.clients import Clients, Run, base_env, run_client
-from support.realmodels import QWEN_05B, need
 from support.server import EngyServer, free_port
 
 TIMEOUT = 1200  # one launch: the server's start and every turn on 2 cores
@@ -40,11 +38,6 @@ ALLOWED = "Bash,Read,Write"
 # A small model may go on calling after the task is done (rewriting the
 # file it made): two turns are the call and the answer to its result.
 TURNS = "2"
-
-
-@pytest.fixture(scope="module")
-def qwen() -> Path:
-    return need(QWEN_05B)
 
 
 def project(clients: Clients, client: str) -> tuple[Path, dict[str, str]]:
@@ -89,10 +82,10 @@ def check_round_trip(log: Path, r: Run) -> None:
     assert int(after["cached"]) >= 0.9 * int(seen[called]["prompt"]), seen
 
 
-def test_claude_code_writes_a_file_on_qwen(clients: Clients, qwen: Path) -> None:
+def test_claude_code_writes_a_file_on_qwen(clients: Clients, default_path: Path) -> None:
     work, env = project(clients, "claude")
     port = free_port()
-    engy = [sys.executable, "-m", "engy_local", "launch", "claude", str(qwen)]
+    engy = [sys.executable, "-m", "engy_local", "launch", "claude"]  # no MODEL: the default
     claude = ["-p", ASK, "--allowedTools", ALLOWED, "--max-turns", TURNS]
     r = run_client([*engy, "--port", str(port), "--temp", "0", "--", *claude], env, work, TIMEOUT)
     log = Path(env["ENGY_HOME"]) / "logs" / f"serve-{port}.log"
@@ -102,7 +95,7 @@ def test_claude_code_writes_a_file_on_qwen(clients: Clients, qwen: Path) -> None
     check_round_trip(log, r)
 
 
-def test_codex_writes_a_file_on_qwen(clients: Clients, qwen: Path, tmp_path: Path) -> None:
+def test_codex_writes_a_file_on_qwen(clients: Clients, default_path: Path, tmp_path: Path) -> None:
     """Codex has no turn limit, and after its result this model goes on
     writing a call to each of Codex's tools in turn: the test watches the
     server it started for the round trip (the call, its result sent back
@@ -111,7 +104,7 @@ def test_codex_writes_a_file_on_qwen(clients: Clients, qwen: Path, tmp_path: Pat
     codex_home.mkdir()
     work, env = project(clients, "codex")
     env["CODEX_HOME"] = str(codex_home)
-    server = EngyServer(str(qwen), "--temp", "0", home=Path(env["ENGY_HOME"]))
+    server = EngyServer(None, "--temp", "0", home=Path(env["ENGY_HOME"]))  # the default
     bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
     engy = [sys.executable, "-m", "engy_local", "launch", "codex", "--port", str(server.port)]
     codex = ["exec", "--skip-git-repo-check", bypass, ASK]
