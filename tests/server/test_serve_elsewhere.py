@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 from support.browser import OpenPage, live
-from support.layouts import ollama_pull, place, snapshot
+from support.layouts import ollama_manifest, ollama_pull, place, snapshot
 from support.paths import ANSWER
 from support.server import EngyServer
 
@@ -124,3 +124,29 @@ def test_lm_studio_model_by_its_file_stem_answers_on_every_api(user_home: Path) 
     finally:
         server.stop()
     assert snapshot(user_home / ".lmstudio") == before
+
+
+def test_an_ollama_gguf_without_a_template_takes_the_catalog_s_of_that_name(
+    tmp_path: Path, gemma_path: Path
+) -> None:
+    """Ollama's gemma3:270m keeps its chat template in a Go template layer;
+    a GGUF with none (the catalog's gemma-3-270m file is one) is served with
+    the catalog's template for gemma3:270m."""
+    store = tmp_path / "user" / ".ollama" / "models"
+    manifest = ollama_manifest(store, gemma_path, link=True)
+    ollama_pull(store, "gemma3", "270m", gemma_path, manifest=manifest)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(tmp_path / "user"))
+        mp.delenv("OLLAMA_MODELS", raising=False)
+        server = EngyServer("ollama:gemma3:270m", "--ctx-size", "2048", home=tmp_path / "engy")
+    try:
+        with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as client:
+            r = client.messages.create(
+                model="ollama:gemma3:270m",
+                max_tokens=8,
+                messages=[{"role": "user", "content": "Say hi."}],
+            )
+        # (without a template the load would have failed: "... has no chat template")
+        assert r.stop_reason in ("end_turn", "max_tokens") and r.content
+    finally:
+        server.stop()

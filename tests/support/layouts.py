@@ -39,13 +39,34 @@ def blob(root: Path, data: bytes) -> dict[str, Any]:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
+def linked_blob(root: Path, source: Path) -> dict[str, Any]:
+    """A large file as a blob without a copy: a link to it under its digest
+    (engy reads a blob through a link as through the file)."""
+    digest = hashlib.sha256()
+    with source.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    path = root / "blobs" / f"sha256-{digest.hexdigest()}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.symlink_to(source)
+    return {"digest": f"sha256:{digest.hexdigest()}", "size": source.stat().st_size}
+
+
 def ollama_manifest(
-    root: Path, model: Path, projector: Path | None = None, *, adapter: Path | None = None
+    root: Path,
+    model: Path,
+    projector: Path | None = None,
+    *,
+    adapter: Path | None = None,
+    link: bool = False,
 ) -> dict[str, Any]:
     """A manifest as `ollama pull` writes it: config, model, (projector),
-    template, params and licence layers, each a blob."""
+    template, params and licence layers, each a blob (with `link`, the
+    model's a link to `model`)."""
     config = blob(root, json.dumps({"model_format": "gguf", "model_family": "qwen3"}).encode())
-    layers = [{"mediaType": MODEL, **blob(root, model.read_bytes())}]
+    weights = linked_blob(root, model) if link else blob(root, model.read_bytes())
+    layers = [{"mediaType": MODEL, **weights}]
     if projector is not None:
         layers.append({"mediaType": PROJECTOR, **blob(root, projector.read_bytes())})
     if adapter is not None:
