@@ -189,17 +189,21 @@ async def _finish(pool: ModelPool, request: ChatRequest, cancel: bool = False) -
     job = generation.job
     assert job is not None
     started, text, finished = None, "", None
+    cancelled = False
+    # Drained to its end even once cancelled: the loop must outlive the
+    # job's last events (a server's does).
     async for event in generation:
         if isinstance(event, Started):
             started = event
-        elif isinstance(event, TextDelta):
+        elif isinstance(event, TextDelta) and not cancelled:
             text += event.text
             if cancel:
                 generation.cancel()
-                finished = Finished("end", Usage())
-                break
+                cancelled = True
         elif isinstance(event, Finished):
             finished = event
+    if cancelled and finished is None:
+        finished = Finished("end", Usage())
     assert started is not None and finished is not None
     output = _outputs.pop(id(job), [])
     return Turn(list(job.tokens), job.marks, started, text, output, finished, job.answer_start)
