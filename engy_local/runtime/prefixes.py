@@ -85,7 +85,9 @@ class Prefixes:
         """Carries out the first option that works, best first; returns the
         prompt tokens now in `slot`."""
         ctx = self.ctx
-        attempts: list[tuple[int, Callable[[int], bool]]] = []
+        # Each attempt gives True (the tokens it was asked for), or fewer
+        # (a restored window resumed at an earlier checkpoint), or nothing.
+        attempts: list[tuple[int, Callable[[int], bool | int]]] = []
         for option in options:
             if option.source == "self":
                 attempts.append((option.reuse, partial(self._cut, slot)))
@@ -107,9 +109,10 @@ class Prefixes:
                 attempts.append((option.reuse, partial(self._restore, slot, prompt)))
         attempts.sort(key=lambda a: -a[0])
         for n, attempt in attempts:
-            if attempt(n):
+            got = attempt(n)
+            if got:
                 self.pin()
-                return n
+                return n if got is True else int(got)
         ctx.clear(slot.id)
         slot.replace([])
         self.pin()
@@ -214,7 +217,7 @@ class Prefixes:
                 return True
         return False
 
-    def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool:
+    def _restore(self, slot: Slot, prompt: list[int], n: int) -> bool | int:
         checkpointed = self.checkpointed
 
         def gives(entry: CacheEntry, k: int) -> int:
@@ -235,16 +238,22 @@ class Prefixes:
             # later park) needs where this conversation's answers began.
             slot.checkpoints = [Checkpoint(p, w) for p, w in entry.windows]
             if n < len(entry.tokens) and not self._cut(slot, n):
-                at = [c for c in slot.checkpoints if c.pos == n]
-                if not (at and self._rewind(slot, at[-1], n)):
+                # A window restored may reach back less far than it did when
+                # saved (llama.cpp drops cells it masks): the latest
+                # checkpoint at or before `n` then.
+                at = [c for c in slot.checkpoints if c.pos <= n]
+                if self.model.recurrent:
+                    at = [c for c in at if c.pos == n]
+                if not (at and self._rewind(slot, at[-1], at[-1].pos)):
                     self.pin()
                     return False
+                n = at[-1].pos
             self.pin()
         elif not self._cut(slot, n):
             return False
         self.cache.hits += 1
         self.cache.restored_tokens += n
-        return True
+        return n
 
     def _restore_disk(self, slot: Slot, hit: Hit, n: int) -> bool:
         assert self.disk is not None

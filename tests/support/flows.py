@@ -36,6 +36,7 @@ from engy_local.chat import (
     Text,
     TextDelta,
     ToolSpec,
+    Usage,
 )
 from engy_local.prompt.detokenize import TextEnd, TokenText
 from engy_local.runtime import scheduler as scheduler_module
@@ -181,18 +182,28 @@ def watching() -> Iterator[None]:
         yield
 
 
-async def _finish(pool: ModelPool, request: ChatRequest) -> Turn:
+async def _finish(pool: ModelPool, request: ChatRequest, cancel: bool = False) -> Turn:
+    """`request` run to its end (`cancel`: its client goes away after the
+    first piece of its answer)."""
     generation = await pool.submit(request)
     job = generation.job
     assert job is not None
     started, text, finished = None, "", None
+    cancelled = False
+    # Drained to its end even once cancelled: the loop must outlive the
+    # job's last events (a server's does).
     async for event in generation:
         if isinstance(event, Started):
             started = event
-        elif isinstance(event, TextDelta):
+        elif isinstance(event, TextDelta) and not cancelled:
             text += event.text
+            if cancel:
+                generation.cancel()
+                cancelled = True
         elif isinstance(event, Finished):
             finished = event
+    if cancelled and finished is None:
+        finished = Finished("end", Usage())
     assert started is not None and finished is not None
     output = _outputs.pop(id(job), [])
     return Turn(list(job.tokens), job.marks, started, text, output, finished, job.answer_start)
@@ -236,8 +247,8 @@ class Engine:
         settings = DiskSettings(self.disk, 1 << 30) if self.disk is not None else None
         return ModelPool([ServedModel("m", options)], primary="m", disk=settings)
 
-    def ask(self, request: ChatRequest) -> Turn:
-        return asyncio.run(_finish(self.pool, request))
+    def ask(self, request: ChatRequest, cancel: bool = False) -> Turn:
+        return asyncio.run(_finish(self.pool, request, cancel))
 
     def restart(self) -> None:
         """A graceful stop (the disk tier keeps what it holds) and a new start."""
@@ -464,6 +475,15 @@ class Session:
         self.log.append(f"resend {chat % len(self.chats)}")
         self._ask(chat % len(self.chats))
 
+    def cancel(self, chat: int) -> None:
+        """The conversation's next turn, its client gone after the answer's
+        first piece (the next turn sends that piece back as the answer)."""
+        c = self.chats[chat % len(self.chats)]
+        self.log.append(f"cancel {chat % len(self.chats)}")
+        self.salt += 1
+        c.turns += [c.answer or "ok", f"Stop after a word, step {self.salt}."]
+        self._ask(self.chats.index(c), cancel=True)
+
     def side(self, seed: int) -> None:
         """A side request: a title, with its own short system prompt."""
         self.log.append(f"side {seed}")
@@ -475,21 +495,22 @@ class Session:
         self.seen = [replace(s, on_disk=True) for s in self.seen]
 
     # what each request is held to
-    def _ask(self, chat: int) -> None:
+    def _ask(self, chat: int, cancel: bool = False) -> None:
         c = self.chats[chat]
         request = conversation(*c.turns, system=SYSTEMS[c.system], max_tokens=8)
-        turn = self._check(request, chat)
+        turn = self._check(request, chat, cancel)
         c.answer = turn.text
 
-    def _check(self, request: ChatRequest, chat: int | None) -> Turn:
-        turn = self.engine.ask(request)
+    def _check(self, request: ChatRequest, chat: int | None, cancel: bool = False) -> Turn:
+        turn = self.engine.ask(request, cancel)
         want = least(self.kind, turn.prompt, self.seen)
         flow = " / ".join(self.log)
         assert turn.cached >= want, f"{flow}: read {turn.cached}, promised {want} ({turn.started})"
         assert self.engine.consistent() == [], flow
-        cold = self.cold.answers.get(tuple(turn.prompt)) or self.cold.ask(request)
-        why = parted(turn, cold, self.model, **self.load)
-        assert why == "", f"{flow}: {why}"
+        if not cancel:  # (a cancelled answer is a piece of one)
+            cold = self.cold.answers.get(tuple(turn.prompt)) or self.cold.ask(request)
+            why = parted(turn, cold, self.model, **self.load)
+            assert why == "", f"{flow}: {why}"
         # Only the latest prompt of a conversation is the one its next turn extends.
         if chat is not None:
             self.seen = [replace(s, latest=False) if s.chat == chat else s for s in self.seen]
