@@ -5,7 +5,7 @@ file the command wrote is there afterwards.
 
 Both run as a user would, with no tool flags: `engy launch` picks the
 lean profile for a 0.5B model (Claude Code: Bash, Read and Write;
-Codex: exec_command and apply_patch, short instructions), and the banner
+Codex: exec_command and apply_patch, no extras), and the banner
 says so. Claude Code gets two turns, the call and the answer to its
 result; Codex, which has no turn limit, is stopped once its result has
 come back. Each is asked to run one command that makes a file.
