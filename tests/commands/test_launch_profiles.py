@@ -59,7 +59,7 @@ def test_the_rule(
 # ---- Claude Code ------------------------------------------------------------------
 
 CACHE = "--exclude-dynamic-system-prompt-sections"
-LEAN4 = "--tools=Bash,Read,Write"
+LEAN4 = "--tools=Bash"
 
 
 @pytest.mark.parametrize(
