@@ -24,8 +24,6 @@ from support.clients import Clients, base_env, model_id
 from support.paths import ANSWER, CACHE, need_fixtures
 from support.server import EngyServer, free_port
 
-from engy_local.commands.launch.codex import LEAN_INSTRUCTIONS
-
 TIMEOUT = 420  # one launch: maybe a server start, then the client's run
 
 
@@ -262,9 +260,8 @@ def check_codex_config(
     assert entry["context_window"] == window
     assert entry["apply_patch_tool_type"] == "freeform"
     assert entry["supports_parallel_tool_calls"] is True  # hermes writes several calls
-    # No --tools: a tiny model gets the lean profile, engy's short instructions
-    # and Codex's extras off.
-    assert entry["base_instructions"] == LEAN_INSTRUCTIONS
+    # No --tools: a tiny model gets the lean profile, Codex's extras off.
+    assert entry["include_skills_usage_instructions"] is False
     assert c["features.multi_agent"] == c["features.goals"] == "false"
     assert c["web_search"] == '"disabled"'
     # The client args come after engy's settings, as given.
@@ -594,13 +591,15 @@ PROFILE_ASKS = {
 }
 
 
-@pytest.mark.parametrize("client", ["claude", "codex"])
-def test_lean_first_prompt_is_at_most_half_of_full(
-    clients: Clients, answer_server: EngyServer, tmp_path: Path, client: str
+@pytest.mark.parametrize(("client", "most"), [("claude", 0.5), ("codex", 0.75)])
+def test_lean_first_prompt_is_a_fraction_of_full(
+    clients: Clients, answer_server: EngyServer, tmp_path: Path, client: str, most: float
 ) -> None:
     """The same ask with `--tools lean` and `--tools full`, through the real
     client: the first prompt's tokens as the server counted them (the tiny
-    model has Qwen2's tokenizer), lean at most half of full; and no flag on
+    model has Qwen2's tokenizer). Claude Code's lean prompt is at most half
+    of its full one; Codex's keeps the shipped instructions (codex.py says
+    why), so it is only the tools and the skills list shorter. No flag on
     this tiny model is lean."""
     launch = Launch(tmp_path)
     env = with_clients(launch, clients)
@@ -617,7 +616,7 @@ def test_lean_first_prompt_is_at_most_half_of_full(
         said = f"tools: {tools} (--tools {tools})" if tools else "tools: lean (auto:"
         assert said in r.stderr, r.stderr
     print(f"{client} first prompt: {sizes}")
-    assert sizes["lean"] <= sizes["full"] // 2, sizes
+    assert sizes["lean"] <= most * sizes["full"], sizes
     assert sizes[None] == sizes["lean"], sizes
 
 
@@ -627,12 +626,12 @@ def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
 ) -> None:
     """Two new sessions in two folders, no tool flags: the per-folder parts
     (the working directory, the environment) come after the system prompt
-    and the tools, so the second's first turn reads nearly all of it from
-    the cache. What is left is Claude Code's environment block (about 200
-    tokens from the folder's path on: 2838 of 3049 cached, 93%) and Codex's
-    environment context (1740 of 1863, 93%). Without
-    --exclude-dynamic-system-prompt-sections Claude Code's memory path in
-    its system prompt left 800 of 11.6k tokens."""
+    and the tools, so the second's first turn reads all but them from the
+    cache: Claude Code's environment section (the folder's path, then about
+    200 tokens: 1857 of 2068 cached, 90%) and Codex's environment context
+    (5999 of 6122, 98%). Without --exclude-dynamic-system-prompt-sections
+    Claude Code's memory path in its system prompt left 800 of 11.6k
+    tokens cached."""
     launch = Launch(tmp_path)
     env = with_clients(launch, clients)
     env["CODEX_HOME"] = str(tmp_path / "codex-home")
@@ -649,4 +648,4 @@ def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
     second = firsts[1]
     share = int(second["cached"]) / int(second["prompt"])
     print(f"{client}: the second folder's first turn read {share:.1%} from the cache: {second}")
-    assert share >= 0.9, firsts
+    assert int(second["prompt"]) - int(second["cached"]) <= 250, firsts

@@ -3,16 +3,18 @@ the default Qwen2.5-Coder-0.5B-Instruct (from its wheels), runs a shell command
 through the client's own tool, the client sends the result back, and the
 file the command wrote is there afterwards.
 
-Both run as a user would, with no tool flags: `engy launch` picks the
-lean profile for a 0.5B model (Claude Code: Bash, Read and Write;
-Codex: exec_command and apply_patch, short instructions), and the banner
-says so. Claude Code gets two turns, the call and the answer to its
-result; Codex, which has no turn limit, is stopped once its result has
-come back. Each is asked to run one command that makes a file.
+Claude Code runs as a user would, with no tool flags: `engy launch` picks
+the lean profile for a 0.5B model (Bash alone) and the banner says so. It
+gets two turns, the call and the answer to its result. Codex runs with
+`--tools full`: on lean (its command tool and apply_patch, no extras) this
+model filled every optional field of exec_command, escalation included,
+and the call was refused (2026-12-05, docs/benchmarks.md); with the full
+set it runs the command. Codex, which has no turn limit, is stopped once
+its result has come back.
 The server decodes greedily (`--temp 0`: the clients send no temperature)
 and each run has the same project and home paths (Claude Code writes them
-into its system prompt), so a run's prompts are the same each time. Each
-first turn reads a 3-10k-token preamble on the CPU: these take minutes."""
+into its prompt), so a run's prompts are the same each time. Each
+first turn reads a 2-10k-token preamble on the CPU: these take minutes."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from support.server import EngyServer, free_port
 TIMEOUT = 1200  # one launch: the server's start and every turn on 2 cores
 ASK = "Run this shell command: echo Zebra > proof.txt"
 # What may run without asking (it does not change which tools are offered).
-ALLOWED = "Bash,Read,Write"
+ALLOWED = "Bash"
 # A small model may go on calling after the task is done (rewriting the
 # file it made): two turns are the call and the answer to its result.
 TURNS = "2"
@@ -106,7 +108,8 @@ def test_codex_writes_a_file_on_qwen(clients: Clients, default_path: Path, tmp_p
     env["CODEX_HOME"] = str(codex_home)
     server = EngyServer(None, "--temp", "0", home=Path(env["ENGY_HOME"]))  # the default
     bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
-    engy = [sys.executable, "-m", "engy_local", "launch", "codex", "--port", str(server.port)]
+    launch = ["launch", "codex", "--port", str(server.port), "--tools", "full"]
+    engy = [sys.executable, "-m", "engy_local", *launch]
     codex = ["exec", "--skip-git-repo-check", bypass, ASK]
     proc = subprocess.Popen(
         [*engy, "--", *codex],
@@ -125,7 +128,7 @@ def test_codex_writes_a_file_on_qwen(clients: Clients, default_path: Path, tmp_p
         out = proc.communicate(timeout=60)[0].decode(errors="replace")
         server.stop()
     assert second is not None, f"{out[-3000:]}\n--- server ---\n{server.output()[-4000:]}"
-    assert "tools: lean (auto:" in out, out[-3000:]  # no flag: lean on 0.5B
+    assert "tools: full (--tools full)" in out, out[-3000:]
     assert (work / "proof.txt").read_text().strip() == "Zebra", out[-3000:]
     assert second["cached_tokens"] >= 0.9 * second["prev_prompt"], second
     # The file came from Codex's own tool (its command tool or apply_patch),

@@ -4,6 +4,7 @@ clients.py  where the client is, its version, the npm package that works
 server.py   the running engy on --host/--port, or one started here
 claude.py   Claude Code's environment for the model as loaded
 codex.py    Codex's -c overrides and engy's own model catalog file
+profile.py  --tools auto|lean|full: the rule that picks a profile per model
 run.py      launch(): all of it, then the client, then cleaning up
 """
 

@@ -12,9 +12,9 @@ The lean profile (profile.py) keeps what a small model uses well: Codex
 `default`, `local` and `shell_command` as names of `unified_exec`:
 `exec_command`, which runs one command and returns its output, with
 `write_stdin` beside it) and one form of apply_patch (`freeform`, which
-engy turns into `custom_tool_call`). Lean replaces the shipped instructions
-(about 5k tokens written for GPT-5) with LEAN_INSTRUCTIONS, and turns off
-the skills list, multi-agent, goals, image generation and web search."""
+engy turns into `custom_tool_call`). Lean keeps the shipped instructions
+(see catalog_entry) and turns off the skills list, multi-agent, goals,
+image generation and web search."""
 
 from __future__ import annotations
 
@@ -50,31 +50,6 @@ _LOCAL: dict[str, Any] = {
     "use_responses_lite": False,
 }
 
-
-# The lean profile's instructions: what the tools are and how a patch is
-# written, in a few lines a small model can follow.
-LEAN_INSTRUCTIONS = """\
-You are Codex, a coding agent working in the user's current directory. Do the \
-task the user gives you with your tools, then say in one short sentence what \
-you did.
-
-- exec_command runs one shell command and returns its output. Use it to look \
-at files (ls, cat, grep), to run programs and to run tests.
-- apply_patch creates, changes or deletes files. Its input is a patch, for \
-example:
-*** Begin Patch
-*** Add File: notes.txt
-+the first line
-*** Update File: app.py
-@@ def main():
--    print("helo")
-+    print("hello")
-*** End Patch
-In an Update File section, lines starting with a space are kept, lines \
-starting with - are removed and lines starting with + are added.
-
-Call one tool at a time and read its result before the next step. Do not ask \
-the user questions: do the work. Stop when the task is done."""
 
 # Codex features a lean profile turns off with -c (the user's own -c, after
 # engy's, wins), and the config that turns off the rest.
@@ -154,14 +129,12 @@ def catalog_entry(
         entry["supported_reasoning_levels"] = []
         entry.pop("default_reasoning_level", None)
     if lean:
-        # model_messages holds the same instructions as a template, which
-        # Codex would prefer to base_instructions.
-        entry.pop("model_messages", None)
-        entry.update(
-            base_instructions=LEAN_INSTRUCTIONS,
-            include_skills_usage_instructions=False,
-            shell_type="unified_exec",
-        )
+        # The shipped instructions stay: tried on Qwen2.5-Coder-0.5B, a short
+        # set of engy's own (four wordings, 1.9k-token first prompts) had it
+        # fill exec_command's optional `justification` with its description,
+        # which Codex refuses, then call write_stdin on a session that never
+        # existed; with the shipped ones it ran the command.
+        entry.update(include_skills_usage_instructions=False, shell_type="unified_exec")
     return entry
 
 

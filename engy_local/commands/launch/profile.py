@@ -1,8 +1,9 @@
 """Which tool profile `engy launch` gives the client: `--tools auto|lean|full`.
 
 lean  the tools a small local model uses well and a short first prompt
-      (Claude Code: Bash, Read, Write, no slash commands or memory;
-      Codex: one command tool, apply_patch, short instructions, nothing else)
+      (Claude Code: Bash alone, no slash commands or memory;
+      Codex: its command tool and apply_patch, no skills list, multi-agent,
+      goals, image generation or web search)
 full  the client's own defaults
 
 `auto` picks lean for a model under LEAN_PARAMETERS parameters (or, when

@@ -156,7 +156,7 @@ def _configure(
     )
     if lean:
         console.print(
-            "  Codex: exec_command and apply_patch, short instructions; no skills list, "
+            "  Codex: exec_command and apply_patch; no skills list, "
             "multi-agent, goals, image generation or web search (your -c settings win)",
             soft_wrap=True,
             highlight=False,
