@@ -56,6 +56,19 @@ def test_the_rule(
     assert f"--tools {other}" in profile.other
 
 
+@pytest.mark.parametrize(
+    ("choice", "parameters", "want"),
+    [("auto", 494_032_768, "full"), ("auto", 70 * B, "full"), ("lean", 494_032_768, "lean")],
+)
+def test_codex_on_auto_keeps_its_defaults(choice: str, parameters: int, want: str) -> None:
+    """Codex's lean set did not finish the task on Qwen2.5-Coder-0.5B where
+    its defaults did: auto gives Codex its defaults; lean only when asked."""
+    profile = choose(choice, 32768, parameters, None, "codex")  # type: ignore[arg-type]
+    assert profile.name == want
+    if choice == "auto":
+        assert "Codex" in profile.why and "--tools lean" in profile.other
+
+
 # ---- Claude Code ------------------------------------------------------------------
 
 CACHE = "--exclude-dynamic-system-prompt-sections"

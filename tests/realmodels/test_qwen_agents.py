@@ -3,14 +3,14 @@ the default Qwen2.5-Coder-0.5B-Instruct (from its wheels), runs a shell command
 through the client's own tool, the client sends the result back, and the
 file the command wrote is there afterwards.
 
-Claude Code runs as a user would, with no tool flags: `engy launch` picks
-the lean profile for a 0.5B model (Bash alone) and the banner says so. It
-gets two turns, the call and the answer to its result. Codex runs with
-`--tools full`: on lean (its command tool and apply_patch, no extras) this
-model filled every optional field of exec_command, escalation included,
-and the call was refused (2026-12-05, docs/benchmarks.md); with the full
-set it runs the command. Codex, which has no turn limit, is stopped once
-its result has come back.
+Both run as a user would, with no MODEL and no tool flags, and the banner
+says which profile `engy launch` picked: lean for Claude Code on a 0.5B
+model (Bash alone), Codex's defaults for Codex (on lean, its command tool
+and apply_patch with no extras, this model filled every optional field of
+exec_command, escalation included, and the call was refused: 2026-12-05,
+docs/benchmarks.md). Claude Code gets two turns, the call and the answer
+to its result; Codex, which has no turn limit, is stopped once its result
+has come back.
 The server decodes greedily (`--temp 0`: the clients send no temperature)
 and each run has the same project and home paths (Claude Code writes them
 into its prompt), so a run's prompts are the same each time. Each
@@ -108,7 +108,7 @@ def test_codex_writes_a_file_on_qwen(clients: Clients, default_path: Path, tmp_p
     env["CODEX_HOME"] = str(codex_home)
     server = EngyServer(None, "--temp", "0", home=Path(env["ENGY_HOME"]))  # the default
     bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
-    launch = ["launch", "codex", "--port", str(server.port), "--tools", "full"]
+    launch = ["launch", "codex", "--port", str(server.port)]  # no MODEL, no tool flags
     engy = [sys.executable, "-m", "engy_local", *launch]
     codex = ["exec", "--skip-git-repo-check", bypass, ASK]
     proc = subprocess.Popen(
@@ -128,7 +128,7 @@ def test_codex_writes_a_file_on_qwen(clients: Clients, default_path: Path, tmp_p
         out = proc.communicate(timeout=60)[0].decode(errors="replace")
         server.stop()
     assert second is not None, f"{out[-3000:]}\n--- server ---\n{server.output()[-4000:]}"
-    assert "tools: full (--tools full)" in out, out[-3000:]
+    assert "tools: full (auto: Codex" in out, out[-3000:]
     assert (work / "proof.txt").read_text().strip() == "Zebra", out[-3000:]
     assert second["cached_tokens"] >= 0.9 * second["prev_prompt"], second
     # The file came from Codex's own tool (its command tool or apply_patch),

@@ -6,7 +6,12 @@ lean  the tools a small local model uses well and a short first prompt
       goals, image generation or web search)
 full  the client's own defaults
 
-`auto` picks lean for a model under LEAN_PARAMETERS parameters (or, when
+`auto` gives Codex its full set whatever the model: on
+Qwen2.5-Coder-0.5B the lean set (the same command tool, fewer extras, a
+first prompt 61% of full) had the model fill every optional field of
+exec_command and the call was refused, where the full set ran the
+command (docs/benchmarks.md). For Claude Code, `auto`
+picks lean for a model under LEAN_PARAMETERS parameters (or, when
 the parameter count is unknown, weights under LEAN_WEIGHT_BYTES), or served
 with a window under LEAN_WINDOW tokens, and full otherwise. Measured on
 Qwen2.5-Coder (docs/benchmarks.md): the clients' full first prompts are
@@ -66,11 +71,17 @@ def choose(
     window: int,
     parameters: int | None = None,
     weight_bytes: int | None = None,
+    client: str = "claude",
 ) -> Profile:
-    """The profile for a model served with `window` tokens, of `parameters`
-    parameters (None: unknown) or `weight_bytes` of weights (None: unknown)."""
+    """The profile for `client` on a model served with `window` tokens, of
+    `parameters` parameters (None: unknown) or `weight_bytes` of weights
+    (None: unknown)."""
     if choice != "auto":
         return Profile(choice, f"--tools {choice}", _other(choice))
+    if client == "codex":
+        return Profile(
+            "full", "auto: Codex did its task on its defaults, not on lean", _other("full")
+        )
     small: str | None = None
     if parameters:  # known: it decides, the file's bytes do not
         if parameters < LEAN_PARAMETERS:

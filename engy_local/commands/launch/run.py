@@ -76,7 +76,7 @@ def launch(options: LaunchOptions, console: Console) -> int:
             soft_wrap=True,
             highlight=False,
         )
-        profile = _profile(server, options)
+        profile = _profile(server, options, client.spec.name)
         console.print(
             f"  tools: [bold]{profile.name}[/bold] ({profile.why}); {profile.other}",
             soft_wrap=True,
@@ -97,12 +97,12 @@ def launch(options: LaunchOptions, console: Console) -> int:
                 server.stop()
 
 
-def _profile(server: Server, options: LaunchOptions) -> Profile:
+def _profile(server: Server, options: LaunchOptions, client: str) -> Profile:
     m = server.model
     if options.tools != "auto":
         return choose(options.tools, m.context_length)
     parameters, size = model_size(server.url, options.api_key, m.id)
-    return choose("auto", m.context_length, parameters, size)
+    return choose("auto", m.context_length, parameters, size, client)
 
 
 def _configure(
