@@ -129,20 +129,20 @@ def test_lm_studio_model_by_its_file_stem_answers_on_every_api(user_home: Path) 
 def test_an_ollama_gguf_without_a_template_takes_the_catalog_s_of_that_name(
     tmp_path: Path, gemma_path: Path
 ) -> None:
-    """Ollama's gemma3:270m keeps its chat template in a Go template layer;
-    a GGUF with none (the catalog's gemma-3-270m file is one) is served with
-    the catalog's template for gemma3:270m."""
+    """Ollama keeps a chat template in a Go template layer; a GGUF with none
+    (the pretrained gemma-3-270m is one), pulled under a name the catalog
+    knows (gemma3:270m-base), is served with the catalog's template."""
     store = tmp_path / "user" / ".ollama" / "models"
     manifest = ollama_manifest(store, gemma_path, link=True)
-    ollama_pull(store, "gemma3", "270m", gemma_path, manifest=manifest)
+    ollama_pull(store, "gemma3", "270m-base", gemma_path, manifest=manifest)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(tmp_path / "user"))
         mp.delenv("OLLAMA_MODELS", raising=False)
-        server = EngyServer("ollama:gemma3:270m", "--ctx-size", "2048", home=tmp_path / "engy")
+        server = EngyServer("ollama:gemma3:270m-base", "--ctx-size", "2048", home=tmp_path / "engy")
     try:
         with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as client:
             r = client.messages.create(
-                model="ollama:gemma3:270m",
+                model="ollama:gemma3:270m-base",
                 max_tokens=8,
                 messages=[{"role": "user", "content": "Say hi."}],
             )
