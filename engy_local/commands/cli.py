@@ -264,8 +264,8 @@ def launch(
         typer.Option(
             "--tools",
             help="The client's tool profile: lean (a short tool set and prompt, for small "
-            "models), full (the client's defaults) or auto (lean under 14B parameters or "
-            "a 64k window)",
+            "models), full (the client's defaults) or auto (Claude Code: lean under 14B "
+            "parameters or a 64k window; Codex: its defaults)",
         ),
     ] = "auto",
 ) -> None:
