@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.flows import logit_margin
 
 from engy_local.chat import (
     ChatRequest,
@@ -295,29 +296,7 @@ def greedy_tokens(
 
 def margin_at(model: ServedModel, tokens: list[int], a: int, b: int) -> float:
     """How far apart the logits of `a` and `b` are after `tokens`, one row."""
-    import llama_cpp
-    import numpy as np
-
-    from engy_local.runtime.context import Context
-    from engy_local.runtime.model import Model
-
-    loaded = Model(replace(model.options, parallel=1, threads=2))
-    ctx = Context(loaded)
-    try:
-        for start in range(0, len(tokens) - 1, ctx.n_batch):
-            ctx.batch.clear()
-            for i in range(start, min(len(tokens) - 1, start + ctx.n_batch)):
-                ctx.batch.add(tokens[i], i, 0, False)
-            assert ctx.decode()
-        ctx.batch.clear()
-        ctx.batch.add(tokens[-1], len(tokens) - 1, 0, True)
-        assert ctx.decode()
-        raw = llama_cpp.llama_get_logits_ith(ctx.ctx, 0)
-        logits = np.ctypeslib.as_array(raw, shape=(loaded.n_vocab,))
-        return abs(float(logits[a]) - float(logits[b]))
-    finally:
-        ctx.close()
-        loaded.close()
+    return logit_margin(replace(model.options, parallel=1, threads=2), tokens, a, b)
 
 
 @pytest.mark.parametrize(("text", "max_tokens"), [(COPY, 160), (FREE, 64)],

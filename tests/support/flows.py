@@ -303,13 +303,19 @@ ROUNDING = 2.0
 def margin_at(model: Path, tokens: list[int], a: int, b: int, **load: object) -> float:
     """How far apart the logits of `a` and `b` are after `tokens` (one
     sequence read from nothing, the last token alone)."""
+    options = replace(load_options(model, **load), parallel=1, speculative="off")
+    return logit_margin(options, tokens, a, b)
+
+
+def logit_margin(options: LoadOptions, tokens: list[int], a: int, b: int) -> float:
+    """`margin_at` on a model loaded with `options` (one row a step for the
+    prompt's last token; test_speculate.py's near ties use it too)."""
     import llama_cpp
     import numpy as np
 
     from engy_local.runtime.context import Context
     from engy_local.runtime.model import Model
 
-    options = replace(load_options(model, **load), parallel=1, speculative="off")
     loaded = Model(options)
     ctx = Context(loaded)
     try:
