@@ -19,7 +19,7 @@ import jsonschema  # type: ignore[import-untyped]
 import openai
 import pytest
 from pydantic import BaseModel
-from support.realmodels import QWEN_05B, need
+from support.realmodels import GREEDY_SERVE, QWEN_05B, need
 from support.server import EngyServer
 
 ADA = (
@@ -53,9 +53,7 @@ class Person(BaseModel):
 @pytest.fixture(scope="module")
 def server() -> Iterator[EngyServer]:
     qwen: Path = need(QWEN_05B)
-    s = EngyServer(
-        str(qwen), "--ctx-size", "4096", "--parallel", "2", "--temp", "0", "--speculative", "off"
-    )
+    s = EngyServer(str(qwen), *GREEDY_SERVE)
     yield s
     s.stop()
 

@@ -18,7 +18,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from support.realmodels import QWEN_05B, need
+from support.realmodels import GREEDY_SERVE, QWEN_05B, need
 from support.server import EngyServer
 
 WEATHER = {
@@ -63,13 +63,9 @@ def qwen() -> Path:
 
 @pytest.fixture(scope="module")
 def server(qwen: Path) -> Iterator[EngyServer]:
-    # Drafting off: whether drafts pay is timed at load, and a step of several
-    # rows rounds differently from a step of one, so where this model stands at
-    # a near tie (end after Berlin, or call London too) its greedy answer would
-    # depend on the machine's timing (tests/runtime/test_speculate.py covers that).
-    s = EngyServer(
-        str(qwen), "--ctx-size", "4096", "--parallel", "2", "--temp", "0", "--speculative", "off"
-    )
+    # Drafting off (GREEDY_SERVE says why): at this model's near tie (end
+    # after Berlin, or call London too) the answer would follow the timing.
+    s = EngyServer(str(qwen), *GREEDY_SERVE)
     yield s
     s.stop()
 
