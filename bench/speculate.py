@@ -1,7 +1,7 @@
 """Speculative decoding: engy with drafts (auto) and without (off), beside
 llama-server without and with its n-gram drafting, on the same GGUF.
 
-    .venv/bin/python bench/speculate.py [--quick] [--rounds 3]
+    .venv/bin/python bench/speculate.py [--quick] [--rounds 3] [--only copy --only free]
     LLAMA_SERVER=$(bench/build_llama_server.sh) .venv/bin/python bench/speculate.py
 
 Workloads, each decode tokens/s (greedy, streamed, timed from the client
@@ -126,6 +126,10 @@ def workloads(source: str, quick: bool, dialect: str) -> dict[str, Callable[[Ask
     }
 
 
+# --only NAME: the start of that workload's metric
+ONLY = {"copy": "copy", "edit": "edit", "free": "free", "streams": "4 streams"}
+
+
 _LOGGED = re.compile(r"tokens=(\d+) stop=\S+(?: drafted=(\d+) accepted=(\d+))?")
 
 
@@ -147,7 +151,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shorter answers, one round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--only", action="append", choices=list(ONLY), help="only this workload (repeatable)"
+    )
     args = ap.parse_args()
+    only = tuple(ONLY[w] for w in args.only or ONLY)
     model: Path = args.model or default_model()
     rounds = 1 if args.quick else args.rounds
     binary = os.environ.get("LLAMA_SERVER")
@@ -182,6 +190,8 @@ def main() -> None:
             for name, ask in asks.items():
                 server, dialect = servers[name]
                 for metric, run in workloads(source, args.quick, dialect or "llama").items():
+                    if not metric.startswith(only):
+                        continue
                     since = server.log.stat().st_size
                     try:
                         value = run(ask)
