@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema  # type: ignore[import-untyped]
 from support.clients import Clients, Run, base_env, run_client
 from support.server import EngyServer, free_port
 
@@ -160,3 +161,40 @@ def round_trip(server: EngyServer, proc: subprocess.Popen[bytes]) -> dict[str, A
 
 def first_turn_called(first: dict[str, Any]) -> bool:
     return bool(first["state"] == "done" and first["stop"] == "tool_call")
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "born": {"type": "integer"}},
+    "required": ["name", "born"],
+    "additionalProperties": False,
+}
+EXTRACT = (
+    "Extract the person's name and birth year from this text; do not run any command.\n\n"
+    "Ada Lovelace was born in 1815 in London. She was a mathematician and writer."
+)
+
+
+def test_codex_exec_output_schema_on_qwen(
+    clients: Clients, default_path: Path, tmp_path: Path
+) -> None:
+    """`codex exec --output-schema FILE` sends the schema as the Responses
+    `text.format` (json_schema, strict, named codex_output_schema) beside
+    Codex's tools; the last message it writes is JSON valid against it."""
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    work, env = project(clients, "codex-schema")
+    env["CODEX_HOME"] = str(codex_home)
+    schema, last = tmp_path / "person.schema.json", tmp_path / "last.txt"
+    schema.write_text(json.dumps(PERSON))
+    port = free_port()
+    engy = [sys.executable, "-m", "engy_local", "launch", "codex", "--port", str(port)]
+    bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
+    codex = ["exec", "--skip-git-repo-check", bypass, "--output-schema", str(schema)]
+    codex += ["--output-last-message", str(last), EXTRACT]
+    r = run_client([*engy, "--temp", "0", "--", *codex], env, work, TIMEOUT)
+    log = Path(env["ENGY_HOME"]) / "logs" / f"serve-{port}.log"
+    assert r.returncode == 0, why(r, log)
+    answer = json.loads(last.read_text())
+    jsonschema.validate(answer, PERSON)
+    assert "Ada" in answer["name"] and answer["born"] == 1815, answer
