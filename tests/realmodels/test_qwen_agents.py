@@ -14,12 +14,18 @@ has come back.
 The server decodes greedily (`--temp 0`: the clients send no temperature)
 and each run has the same project and home paths (Claude Code writes them
 into its prompt), so a run's prompts are the same each time. Each
-first turn reads a 2-10k-token preamble on the CPU: these take minutes."""
+first turn reads a 2-10k-token preamble on the CPU: these take minutes.
+
+Structured outputs through the same clients: `codex exec --output-schema`
+leaves JSON valid against its schema, and an interactive Claude Code's
+session-title side request (output_config.format, {title: string}) gets
+JSON it keeps as the session's title."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -31,8 +37,12 @@ from typing import Any
 
 import httpx
 import jsonschema  # type: ignore[import-untyped]
+import pytest
 from support.clients import Clients, Run, base_env, run_client
 from support.server import EngyServer, free_port
+
+from engy_local.commands.launch.claude import claude_args, claude_env
+from engy_local.commands.launch.server import loaded
 
 TIMEOUT = 1200  # one launch: the server's start and every turn on 2 cores
 ASK = "Run this shell command: echo Zebra > proof.txt"
@@ -198,3 +208,85 @@ def test_codex_exec_output_schema_on_qwen(
     answer = json.loads(last.read_text())
     jsonschema.validate(answer, PERSON)
     assert "Ada" in answer["name"] and answer["born"] == 1815, answer
+
+
+def test_claude_codes_session_title_on_qwen(clients: Clients, default_path: Path) -> None:
+    """Interactive Claude Code names the session with a side request whose
+    `output_config.format` is json_schema {title: string}; it keeps the
+    title (an `ai-title` entry in the session's transcript) only when the
+    answer parses as that JSON. `engy launch claude` turns this side
+    traffic off (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC), and `-p` never
+    sends it, so the test runs the real binary in a terminal (tmux) with
+    the environment engy launch gives it, that one variable left out."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed: cannot run Claude Code interactively")
+    work, env = project(clients, "claude-title")
+    home = Path(env["HOME"])
+    server = EngyServer(None, "--temp", "0", home=Path(env["ENGY_HOME"]))  # the default
+    socket = f"engy-title-{server.port}"
+    try:
+        [served] = httpx.get(server.url + "/api/hello", timeout=30).json()["models"][:1]
+        env = claude_env(env, server.url, None, loaded(server.url, None, served), lean=True)
+        env.pop("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC")
+        # What an interactive first start asks (onboarding, the key, trust
+        # in the folder), answered as shared/reference/clients.md says.
+        (home / ".claude.json").write_text(
+            json.dumps(
+                {
+                    "hasCompletedOnboarding": True,
+                    "customApiKeyResponses": {"approved": [env["ANTHROPIC_AUTH_TOKEN"]]},
+                    "projects": {str(work): {"hasTrustDialogAccepted": True}},
+                }
+            )
+        )
+        claude = [str(clients.claude), *claude_args(True, [])]
+        start = [tmux, "-L", socket, "new-session", "-d", "-x", "120", "-y", "40"]
+        subprocess.run([*start, "-c", str(work), shlex.join(claude)], env=env, check=True)
+        keys = [tmux, "-L", socket, "send-keys", "-t", "0"]
+        wait_for_screen(tmux, socket, ("shift+tab to cycle", "for shortcuts"))
+        subprocess.run([*keys, "-l", TITLE_ASK], check=True)
+        subprocess.run([*keys, "Enter"], check=True)
+        title = ai_title(home / ".claude" / "projects", TITLE_WAIT)
+        screen = subprocess.run(
+            [tmux, "-L", socket, "capture-pane", "-p", "-t", "0"], capture_output=True, text=True
+        ).stdout
+    finally:
+        subprocess.run([tmux, "-L", socket, "kill-server"], capture_output=True)
+        server.stop()
+    assert title is not None, f"{screen}\n--- server ---\n{server.output()[-4000:]}"
+    assert title.strip(), title
+
+
+TITLE_ASK = "Explain in one sentence what a Python list comprehension is."
+TITLE_WAIT = 300  # seconds: the first turn's preamble and the title request on 2 cores
+
+
+def wait_for_screen(tmux: str, socket: str, texts: tuple[str, ...], timeout: float = 120) -> None:
+    """Until the terminal shows one of `texts` (Claude Code's prompt is up)."""
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        show = [tmux, "-L", socket, "capture-pane", "-p", "-t", "0"]
+        screen = subprocess.run(show, capture_output=True, text=True).stdout
+        if any(t in screen for t in texts):
+            return
+        time.sleep(1)
+    raise AssertionError(f"none of {texts} on the screen:\n{screen}")
+
+
+def ai_title(projects: Path, timeout: float) -> str | None:
+    """The title Claude Code wrote into a session transcript, once it has."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for session in projects.rglob("*.jsonl"):
+            for line in session.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # a line being written
+                    continue
+                if isinstance(entry, dict) and entry.get("type") == "ai-title":
+                    title: str = entry["aiTitle"]
+                    return title
+        time.sleep(2)
+    return None
