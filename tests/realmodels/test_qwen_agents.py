@@ -14,12 +14,18 @@ has come back.
 The server decodes greedily (`--temp 0`: the clients send no temperature)
 and each run has the same project and home paths (Claude Code writes them
 into its prompt), so a run's prompts are the same each time. Each
-first turn reads a 2-10k-token preamble on the CPU: these take minutes."""
+first turn reads a 2-10k-token preamble on the CPU: these take minutes.
+
+Structured outputs through the same clients: `codex exec --output-schema`
+leaves JSON valid against its schema, and an interactive Claude Code's
+session-title side request (output_config.format, {title: string}) gets
+JSON it keeps as the session's title."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -30,8 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema  # type: ignore[import-untyped]
+import pytest
 from support.clients import Clients, Run, base_env, run_client
 from support.server import EngyServer, free_port
+
+from engy_local.commands.launch.claude import claude_args, claude_env
+from engy_local.commands.launch.server import loaded
 
 TIMEOUT = 1200  # one launch: the server's start and every turn on 2 cores
 ASK = "Run this shell command: echo Zebra > proof.txt"
@@ -160,3 +171,122 @@ def round_trip(server: EngyServer, proc: subprocess.Popen[bytes]) -> dict[str, A
 
 def first_turn_called(first: dict[str, Any]) -> bool:
     return bool(first["state"] == "done" and first["stop"] == "tool_call")
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "born": {"type": "integer"}},
+    "required": ["name", "born"],
+    "additionalProperties": False,
+}
+EXTRACT = (
+    "Extract the person's name and birth year from this text; do not run any command.\n\n"
+    "Ada Lovelace was born in 1815 in London. She was a mathematician and writer."
+)
+
+
+def test_codex_exec_output_schema_on_qwen(
+    clients: Clients, default_path: Path, tmp_path: Path
+) -> None:
+    """`codex exec --output-schema FILE` sends the schema as the Responses
+    `text.format` (json_schema, strict, named codex_output_schema) beside
+    Codex's tools; the last message it writes is JSON valid against it."""
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    work, env = project(clients, "codex-schema")
+    env["CODEX_HOME"] = str(codex_home)
+    schema, last = tmp_path / "person.schema.json", tmp_path / "last.txt"
+    schema.write_text(json.dumps(PERSON))
+    port = free_port()
+    engy = [sys.executable, "-m", "engy_local", "launch", "codex", "--port", str(port)]
+    bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
+    codex = ["exec", "--skip-git-repo-check", bypass, "--output-schema", str(schema)]
+    codex += ["--output-last-message", str(last), EXTRACT]
+    r = run_client([*engy, "--temp", "0", "--", *codex], env, work, TIMEOUT)
+    log = Path(env["ENGY_HOME"]) / "logs" / f"serve-{port}.log"
+    assert r.returncode == 0, why(r, log)
+    answer = json.loads(last.read_text())
+    jsonschema.validate(answer, PERSON)
+    assert "Ada" in answer["name"] and answer["born"] == 1815, answer
+
+
+def test_claude_codes_session_title_on_qwen(clients: Clients, default_path: Path) -> None:
+    """Interactive Claude Code names the session with a side request whose
+    `output_config.format` is json_schema {title: string}; it keeps the
+    title (an `ai-title` entry in the session's transcript) only when the
+    answer parses as that JSON. `engy launch claude` turns this side
+    traffic off (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC), and `-p` never
+    sends it, so the test runs the real binary in a terminal (tmux) with
+    the environment engy launch gives it, that one variable left out."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed: cannot run Claude Code interactively")
+    work, env = project(clients, "claude-title")
+    home = Path(env["HOME"])
+    server = EngyServer(None, "--temp", "0", home=Path(env["ENGY_HOME"]))  # the default
+    socket = f"engy-title-{server.port}"
+    try:
+        [served] = httpx.get(server.url + "/api/hello", timeout=30).json()["models"][:1]
+        env = claude_env(env, server.url, None, loaded(server.url, None, served), lean=True)
+        env.pop("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC")
+        # What an interactive first start asks (onboarding, the key, trust
+        # in the folder), answered as shared/reference/clients.md says.
+        (home / ".claude.json").write_text(
+            json.dumps(
+                {
+                    "hasCompletedOnboarding": True,
+                    "customApiKeyResponses": {"approved": [env["ANTHROPIC_AUTH_TOKEN"]]},
+                    "projects": {str(work): {"hasTrustDialogAccepted": True}},
+                }
+            )
+        )
+        claude = [str(clients.claude), *claude_args(True, [])]
+        start = [tmux, "-L", socket, "new-session", "-d", "-x", "120", "-y", "40"]
+        subprocess.run([*start, "-c", str(work), shlex.join(claude)], env=env, check=True)
+        keys = [tmux, "-L", socket, "send-keys", "-t", "0"]
+        wait_for_screen(tmux, socket, ("shift+tab to cycle", "for shortcuts"))
+        subprocess.run([*keys, "-l", TITLE_ASK], check=True)
+        subprocess.run([*keys, "Enter"], check=True)
+        title = ai_title(home / ".claude" / "projects", TITLE_WAIT)
+        screen = subprocess.run(
+            [tmux, "-L", socket, "capture-pane", "-p", "-t", "0"], capture_output=True, text=True
+        ).stdout
+    finally:
+        subprocess.run([tmux, "-L", socket, "kill-server"], capture_output=True)
+        server.stop()
+    assert title is not None, f"{screen}\n--- server ---\n{server.output()[-4000:]}"
+    assert title.strip(), title
+
+
+TITLE_ASK = "Explain in one sentence what a Python list comprehension is."
+TITLE_WAIT = 300  # seconds: the first turn's preamble and the title request on 2 cores
+
+
+def wait_for_screen(tmux: str, socket: str, texts: tuple[str, ...], timeout: float = 120) -> None:
+    """Until the terminal shows one of `texts` (Claude Code's prompt is up)."""
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        show = [tmux, "-L", socket, "capture-pane", "-p", "-t", "0"]
+        screen = subprocess.run(show, capture_output=True, text=True).stdout
+        if any(t in screen for t in texts):
+            return
+        time.sleep(1)
+    raise AssertionError(f"none of {texts} on the screen:\n{screen}")
+
+
+def ai_title(projects: Path, timeout: float) -> str | None:
+    """The title Claude Code wrote into a session transcript, once it has."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for session in projects.rglob("*.jsonl"):
+            for line in session.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # a line being written
+                    continue
+                if isinstance(entry, dict) and entry.get("type") == "ai-title":
+                    title: str = entry["aiTitle"]
+                    return title
+        time.sleep(2)
+    return None

@@ -109,6 +109,28 @@ def test_openai_responses_parse(server: EngyServer) -> None:
     check(response.output_parsed)
 
 
+def test_openai_responses_stream(server: EngyServer) -> None:
+    """The streamed Responses path: the SDK parses the final response's
+    text into the model, and the text deltas add up to that text."""
+    deltas: list[str] = []
+    with (
+        gpt(server) as o,
+        o.responses.stream(
+            model=model_id(server),
+            input=[{"role": "user", "content": ASK}],
+            text_format=Person,
+            max_output_tokens=160,
+        ) as s,
+    ):
+        for event in s:
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+        response = s.get_final_response()
+    assert response.status == "completed"
+    assert "".join(deltas) == response.output_text
+    check(response.output_parsed)
+
+
 def test_openai_chat_completions_parse(server: EngyServer) -> None:
     with gpt(server) as o:
         completion = o.chat.completions.parse(
