@@ -204,11 +204,18 @@ Ask = Callable[[str, list[dict[str, Any]], int, dict[str, Any]], tuple[Run, str]
 
 
 def post_messages(
-    url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    blocks: list[dict[str, Any]] | None = None,
 ) -> tuple[Run, str]:
     """POST an Anthropic Messages body (streaming) to engy or llama-server,
-    which both serve /v1/messages and report cache_read_input_tokens."""
+    which both serve /v1/messages and report cache_read_input_tokens. The
+    first token is the answer's first block (its start: a call's name may
+    come before its arguments); `blocks` gets the answer's text and tool_use
+    blocks, as a client sends them back."""
     t0 = time.monotonic()
+    got: list[dict[str, Any]] = []
     first, prompt, cached, produced, text = 0.0, 0, 0, 0, []
     with httpx.stream(
         "POST", url + "/v1/messages", json=body, headers=headers, timeout=TIMEOUT
@@ -220,9 +227,17 @@ def post_messages(
                 usage = data["message"]["usage"]
                 prompt = usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
                 cached = usage.get("cache_read_input_tokens", 0)
+            elif event == "content_block_start":
+                first = first or time.monotonic()
+                got.append(dict(data["content_block"]))
             elif event == "content_block_delta":
                 first = first or time.monotonic()
-                text.append(data["delta"].get("text", ""))
+                delta = data["delta"]
+                text.append(delta.get("text", ""))
+                if got and delta.get("type") == "text_delta":
+                    got[-1]["text"] = got[-1].get("text", "") + delta["text"]
+                elif got and delta.get("type") == "input_json_delta":
+                    got[-1]["json"] = got[-1].get("json", "") + delta["partial_json"]
             elif event == "message_delta":
                 usage = data["usage"]
                 produced = usage["output_tokens"]
@@ -232,7 +247,21 @@ def post_messages(
             elif event == "error":
                 raise RuntimeError(data)
     end = time.monotonic()
+    if blocks is not None:
+        blocks += [_sent_back(b) for b in got if b.get("type") in ("text", "tool_use")]
     return Run((first or end) - t0, end - t0, prompt, cached, produced), "".join(text)
+
+
+def _sent_back(block: dict[str, Any]) -> dict[str, Any]:
+    """A streamed block as the client sends it back: a call's input parsed
+    (one cut short by the token limit: empty)."""
+    streamed = block.pop("json", "")
+    if block["type"] == "tool_use" and streamed:
+        try:
+            block["input"] = json.loads(streamed)
+        except json.JSONDecodeError:
+            block["input"] = {}
+    return block
 
 
 def model_id(url: str) -> str:
@@ -553,7 +582,8 @@ CLAUDE_CODE_TOOLS = [
         },
     },
 ]
-Post = Callable[[dict[str, Any], dict[str, str]], tuple[Run, str]]
+# body, headers, the answer's blocks (filled) -> the run, its text
+Post = Callable[[dict[str, Any], dict[str, str], list[dict[str, Any]]], tuple[Run, str]]
 Conversation = tuple[dict[str, str], dict[str, Any]]  # headers, the first turn's body
 
 
@@ -600,10 +630,16 @@ def shaped_conversation(n: int) -> Conversation:
     return claude_code_headers(session), body
 
 
-def next_turn(body: dict[str, Any], answer: str) -> dict[str, Any]:
-    """Turn 2: turn 1, its answer, a new user message."""
-    said = {"role": "assistant", "content": [{"type": "text", "text": answer or "ok"}]}
-    asked = {"role": "user", "content": [{"type": "text", "text": "Now say it shorter."}]}
+def next_turn(body: dict[str, Any], answer: list[dict[str, Any]]) -> dict[str, Any]:
+    """Turn 2: turn 1, its answer as it came (text, calls), a new user
+    message after the calls' results."""
+    said = {"role": "assistant", "content": answer or [{"type": "text", "text": "ok"}]}
+    results = [
+        {"type": "tool_result", "tool_use_id": b["id"], "content": "done"}
+        for b in answer
+        if b["type"] == "tool_use"
+    ]
+    asked = {"role": "user", "content": [*results, {"type": "text", "text": "Now say it shorter."}]}
     return body | {"messages": [*body["messages"], said, asked]}
 
 
@@ -636,16 +672,17 @@ def flows(
     try:
         for i, between in enumerate(BETWEEN):
             headers, body = conversation(2 * i)
-            r1, answer = post(body, headers)
+            answer: list[dict[str, Any]] = []
+            r1, _ = post(body, headers, answer)
             if between == "side request":
-                post(title_request(body), headers)
+                post(title_request(body), headers, [])
             elif between == "another conversation":
                 other_headers, other = conversation(2 * i + 1)
-                post(other, other_headers)
+                post(other, other_headers, [])
             elif between == "restart":
                 server.stop()
                 server, post = start()
-            r2, _ = post(next_turn(body, answer), headers)
+            r2, _ = post(next_turn(body, answer), headers, [])
             if i == 0:
                 figures["turn 1 prompt tokens"] = float(r1.prompt)
                 figures["cold turn 1 TTFT s"] = r1.ttft
@@ -779,8 +816,10 @@ def main() -> None:
             def posting(server: Server) -> tuple[Server, Post]:
                 name = model_id(server.url)
 
-                def post(body: dict[str, Any], headers: dict[str, str]) -> tuple[Run, str]:
-                    return post_messages(server.url, body | {"model": name}, headers)
+                def post(
+                    body: dict[str, Any], headers: dict[str, str], blocks: list[dict[str, Any]]
+                ) -> tuple[Run, str]:
+                    return post_messages(server.url, body | {"model": name}, headers, blocks)
 
                 return server, post
 
