@@ -28,7 +28,8 @@ repeated):
                  session-title side request, another conversation's turn, a
                  restart of the server, nothing; then turn 2 (turn 1, its
                  answer, a new message). Turn 2's cached tokens as a share of
-                 turn 1's prompt and its time to first token, for a ~2k-token
+                 turn 1's prompt and its time to first token (the time to a
+                 one-token answer, whatever its form), for a ~2k-token
                  Claude Code-shaped conversation and (not with --quick) the
                  captured Claude Code 2.1.332 first turn (~12.9k tokens, read
                  from shared/fixtures/requests beside the repo). The same
