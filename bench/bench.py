@@ -31,8 +31,8 @@ repeated):
                  turn 1's prompt and its time to first token (the time to a
                  one-token answer, whatever its form), for a ~2k-token
                  Claude Code-shaped conversation and (not with --quick) the
-                 captured Claude Code 2.1.332 first turn (~12.9k tokens, read
-                 from shared/fixtures/requests beside the repo). The same
+                 captured Claude Code 2.1.332 first turn (~12k tokens, read
+                 from shared/fixtures/requests beside the repo, if there). The same
                  Anthropic request goes to both servers' /v1/messages;
                  llama-server has no disk tier, so its restart case is cold
 
@@ -837,7 +837,10 @@ def main() -> None:
                 return posting(start_llama(binary, model, args.threads, ctx, logs))
 
             shapes = [("~2k tokens", shaped_conversation)]
-            shapes += [] if args.quick else [("captured Claude Code", captured_conversation)]
+            if not args.quick and CAPTURED.exists():
+                shapes.append(("captured Claude Code", captured_conversation))
+            elif not args.quick:
+                print(f"flows: no {CAPTURED}: the ~2k flows alone", flush=True)
             for shape, conversation in shapes:
                 add(
                     f"flows, {shape}",
