@@ -24,6 +24,17 @@ repeated):
                  the same first turn again (a second `engy launch`), each
                  server on a cache of its own; and the disk written per turn of
                  a growing conversation
+    flows        a Claude Code conversation's turn 1, then one of: the
+                 session-title side request, another conversation's turn, a
+                 restart of the server, nothing; then turn 2 (turn 1, its
+                 answer, a new message). Turn 2's cached tokens as a share of
+                 turn 1's prompt and its time to first token (the time to a
+                 one-token answer, whatever its form), for a ~2k-token
+                 Claude Code-shaped conversation and (not with --quick) the
+                 captured Claude Code 2.1.332 first turn (~12k tokens, read
+                 from shared/fixtures/requests beside the repo, if there). The same
+                 Anthropic request goes to both servers' /v1/messages;
+                 llama-server has no disk tier, so its restart case is cold
 
 Not a test and not run in CI; it takes minutes (--quick: smaller sizes).
 """
@@ -51,7 +62,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 ENGY = REPO / ".venv" / "bin" / "engy"
-WORKLOADS = ("session", "concurrent", "prefill", "forced", "upstream", "restart")
+WORKLOADS = ("session", "concurrent", "prefill", "forced", "upstream", "restart", "flows")
 TIMEOUT = httpx.Timeout(1800.0, connect=10.0)
 T = TypeVar("T")
 
@@ -193,10 +204,76 @@ def _sse(response: httpx.Response) -> Iterator[tuple[str, Any]]:
 Ask = Callable[[str, list[dict[str, Any]], int, dict[str, Any]], tuple[Run, str]]
 
 
+def post_messages(
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    blocks: list[dict[str, Any]] | None = None,
+) -> tuple[Run, str]:
+    """POST an Anthropic Messages body (streaming) to engy or llama-server,
+    which both serve /v1/messages and report cache_read_input_tokens. The
+    first token is the answer's first block (its start: a call's name may
+    come before its arguments); `blocks` gets the answer's text and tool_use
+    blocks, as a client sends them back."""
+    t0 = time.monotonic()
+    got: list[dict[str, Any]] = []
+    first, prompt, cached, produced, text = 0.0, 0, 0, 0, []
+    with httpx.stream(
+        "POST", url + "/v1/messages", json=body, headers=headers, timeout=TIMEOUT
+    ) as r:
+        if r.status_code >= 400:
+            raise RuntimeError(r.read().decode())
+        for event, data in _sse(r):
+            if event == "message_start":
+                usage = data["message"]["usage"]
+                prompt = usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
+                cached = usage.get("cache_read_input_tokens", 0)
+            elif event == "content_block_start":
+                first = first or time.monotonic()
+                got.append(dict(data["content_block"]))
+            elif event == "content_block_delta":
+                first = first or time.monotonic()
+                delta = data["delta"]
+                text.append(delta.get("text", ""))
+                if got and delta.get("type") == "text_delta":
+                    got[-1]["text"] = got[-1].get("text", "") + delta["text"]
+                elif got and delta.get("type") == "input_json_delta":
+                    got[-1]["json"] = got[-1].get("json", "") + delta["partial_json"]
+            elif event == "message_delta":
+                usage = data["usage"]
+                produced = usage["output_tokens"]
+                if "cache_read_input_tokens" in usage:
+                    cached = usage["cache_read_input_tokens"]
+                    prompt = usage.get("input_tokens", prompt - cached) + cached
+            elif event == "error":
+                raise RuntimeError(data)
+    end = time.monotonic()
+    if blocks is not None:
+        blocks += [_sent_back(b) for b in got if b.get("type") in ("text", "tool_use")]
+    return Run((first or end) - t0, end - t0, prompt, cached, produced), "".join(text)
+
+
+def _sent_back(block: dict[str, Any]) -> dict[str, Any]:
+    """A streamed block as the client sends it back: a call's input parsed
+    (one cut short by the token limit: empty)."""
+    streamed = block.pop("json", "")
+    if block["type"] == "tool_use" and streamed:
+        try:
+            block["input"] = json.loads(streamed)
+        except json.JSONDecodeError:
+            block["input"] = {}
+    return block
+
+
+def model_id(url: str) -> str:
+    model: str = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    return model
+
+
 def ask_engy(url: str) -> Ask:
     """POST /v1/messages, streaming."""
 
-    model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    model = model_id(url)
 
     def ask(
         system: str, messages: list[dict[str, Any]], max_tokens: int, extra: dict[str, Any]
@@ -205,28 +282,7 @@ def ask_engy(url: str) -> Ask:
         body |= {"messages": messages, "temperature": 0, **extra}
         if system:
             body["system"] = system
-        t0 = time.monotonic()
-        first, prompt, cached, produced, text = 0.0, 0, 0, 0, []
-        with httpx.stream("POST", url + "/v1/messages", json=body, timeout=TIMEOUT) as r:
-            r.raise_for_status()
-            for event, data in _sse(r):
-                if event == "message_start":
-                    usage = data["message"]["usage"]
-                    prompt = usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
-                    cached = usage.get("cache_read_input_tokens", 0)
-                elif event == "content_block_delta":
-                    first = first or time.monotonic()
-                    text.append(data["delta"].get("text", ""))
-                elif event == "message_delta":
-                    usage = data["usage"]
-                    produced = usage["output_tokens"]
-                    if "cache_read_input_tokens" in usage:
-                        cached = usage["cache_read_input_tokens"]
-                        prompt = usage.get("input_tokens", prompt - cached) + cached
-                elif event == "error":
-                    raise RuntimeError(data)
-        end = time.monotonic()
-        return Run((first or end) - t0, end - t0, prompt, cached, produced), "".join(text)
+        return post_messages(url, body)
 
     return ask
 
@@ -484,6 +540,164 @@ def disk_per_turn(
     }
 
 
+# ---- flows: a Claude Code turn, something between, the next turn ----------------
+
+CAPTURED = REPO.parent / "shared" / "fixtures" / "requests" / "claude-code-2.1.332-first-turn.json"
+BETWEEN = ("side request", "another conversation", "restart", "nothing")
+FIRST_MESSAGES = (
+    "Say hi",
+    "What does this project do?",
+    "Which test is the slowest?",
+    "Explain the build in two lines.",
+    "Where is the config read?",
+    "Name the entry point.",
+    "What changed last?",
+    "Is there a linter?",
+)
+CLAUDE_CODE_TOOLS = [
+    {
+        "name": "Read",
+        "description": "Reads a file from the local filesystem. The file_path parameter must "
+        "be an absolute path. By default it reads up to 2000 lines from the beginning.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "The absolute path"},
+                "offset": {"type": "integer", "description": "The line to start at"},
+                "limit": {"type": "integer", "description": "The number of lines"},
+            },
+            "required": ["file_path"],
+        },
+    },
+    {
+        "name": "Bash",
+        "description": "Executes a bash command in a persistent shell session with an "
+        "optional timeout. Use it for git, tests and builds; not for reading files.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command to run"},
+                "timeout": {"type": "integer", "description": "Milliseconds"},
+            },
+            "required": ["command"],
+        },
+    },
+]
+# body, headers, the answer's blocks (filled) -> the run, its text
+Post = Callable[[dict[str, Any], dict[str, str], list[dict[str, Any]]], tuple[Run, str]]
+Conversation = tuple[dict[str, str], dict[str, Any]]  # headers, the first turn's body
+
+
+def claude_code_headers(session: str) -> dict[str, str]:
+    return {
+        "user-agent": "claude-cli/2.1.332 (external, sdk-cli)",
+        "x-claude-code-session-id": session,
+        "anthropic-version": "2023-06-01",
+    }
+
+
+def captured_conversation(n: int) -> Conversation:
+    """The captured Claude Code 2.1.332 first turn (~12.9k tokens: its
+    system prompt, tools and reminders), as conversation `n`: a session
+    id and a first message of its own, greedy, 24 tokens."""
+    raw = json.loads(CAPTURED.read_text())
+    body: dict[str, Any] = raw["body"]
+    session = f"bench-{n}-{random.randrange(1 << 30)}"
+    body["metadata"] = {"user_id": json.dumps({"session_id": session})}
+    body["messages"][0]["content"][-1]["text"] = FIRST_MESSAGES[n % len(FIRST_MESSAGES)]
+    body |= {"max_tokens": 24, "temperature": 0, "stream": True}
+    return claude_code_headers(session), body
+
+
+def shaped_conversation(n: int) -> Conversation:
+    """A ~2k-token Claude Code-shaped first turn: a system prompt of its
+    blocks, two tools, a user message; conversation `n` as above."""
+    session = f"bench-{n}-{random.randrange(1 << 30)}"
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.0b8;"},
+        {"type": "text", "text": "You are an interactive CLI coding agent."},
+        {"type": "text", "text": system_prompt(1500, 7), "cache_control": {"type": "ephemeral"}},
+    ]
+    question = f"{FIRST_MESSAGES[n % len(FIRST_MESSAGES)]}\n{filler(150, 100 + n)}"
+    body: dict[str, Any] = {
+        "system": system,
+        "tools": CLAUDE_CODE_TOOLS,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": question}]}],
+        "metadata": {"user_id": json.dumps({"session_id": session})},
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+    }
+    return claude_code_headers(session), body
+
+
+def next_turn(body: dict[str, Any], answer: list[dict[str, Any]]) -> dict[str, Any]:
+    """Turn 2: turn 1, its answer as it came (text, calls), a new user
+    message after the calls' results."""
+    said = {"role": "assistant", "content": answer or [{"type": "text", "text": "ok"}]}
+    results = [
+        {"type": "tool_result", "tool_use_id": b["id"], "content": "done"}
+        for b in answer
+        if b["type"] == "tool_use"
+    ]
+    asked = {"role": "user", "content": [*results, {"type": "text", "text": "Now say it shorter."}]}
+    return body | {"messages": [*body["messages"], said, asked]}
+
+
+def title_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The session-title side request: a short system prompt of its own,
+    no tools, the user's first message."""
+    first = body["messages"][0]["content"][-1]["text"]
+    system = (
+        "Decide whether this message starts a new topic; if it does, give it a "
+        "title of two to five words. Answer as JSON with the fields isNewTopic and title."
+    )
+    return {
+        "system": [{"type": "text", "text": system}],
+        "messages": [{"role": "user", "content": first}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream": True,
+    }
+
+
+def flows(
+    start: Callable[[], tuple[Server, Post]], conversation: Callable[[int], Conversation]
+) -> dict[str, float]:
+    """For each of BETWEEN on one server: a new conversation's turn 1, then
+    that, then its turn 2. Turn 2's cached tokens as a share of turn 1's
+    prompt, and its time to first token (the time to a one-token answer).
+    One server throughout (but for the restart), so the flows also meet the
+    states the ones before left."""
+    server, post = start()
+    figures: dict[str, float] = {}
+    try:
+        for i, between in enumerate(BETWEEN):
+            headers, body = conversation(2 * i)
+            answer: list[dict[str, Any]] = []
+            r1, _ = post(body, headers, answer)
+            if between == "side request":
+                post(title_request(body), headers, [])
+            elif between == "another conversation":
+                other_headers, other = conversation(2 * i + 1)
+                post(other, other_headers, [])
+            elif between == "restart":
+                server.stop()
+                server, post = start()
+            # One token: its time is the prompt's read and the first token,
+            # whatever the answer (engy sends a call written as JSON once
+            # it is whole; llama-server streams it as text).
+            r2, _ = post(next_turn(body, answer) | {"max_tokens": 1}, headers, [])
+            if i == 0:
+                figures["turn 1 prompt tokens"] = float(r1.prompt)
+                figures["cold turn 1 TTFT s"] = r1.ttft
+            figures[f"{between}: turn 2 cached % of turn 1"] = 100.0 * r2.cached / r1.prompt
+            figures[f"{between}: turn 2 TTFT s"] = r2.total
+    finally:
+        server.stop()
+    return figures
+
+
 # ---- main ------------------------------------------------------------------------
 
 
@@ -600,6 +814,39 @@ def main() -> None:
 
             turns = 3 if args.quick else 6
             add("restart (disk per turn)", disk_per_turn(engy_turn, per_turn, turns), None)
+        if "flows" in only:
+            print("== flows", flush=True)
+            flow_cache = logs / "kvcache-flows"
+
+            def posting(server: Server) -> tuple[Server, Post]:
+                name = model_id(server.url)
+
+                def post(
+                    body: dict[str, Any], headers: dict[str, str], blocks: list[dict[str, Any]]
+                ) -> tuple[Run, str]:
+                    return post_messages(server.url, body | {"model": name}, headers, blocks)
+
+                return server, post
+
+            def engy_flows() -> tuple[Server, Post]:
+                extra = ("--ctx-size", str(ctx), "--cache-disk", str(flow_cache))
+                return posting(start_engy(model, args.threads, logs, *extra))
+
+            def llama_flows() -> tuple[Server, Post]:
+                assert binary is not None
+                return posting(start_llama(binary, model, args.threads, ctx, logs))
+
+            shapes = [("~2k tokens", shaped_conversation)]
+            if not args.quick and CAPTURED.exists():
+                shapes.append(("captured Claude Code", captured_conversation))
+            elif not args.quick:
+                print(f"flows: no {CAPTURED}: the ~2k flows alone", flush=True)
+            for shape, conversation in shapes:
+                add(
+                    f"flows, {shape}",
+                    flows(engy_flows, conversation),
+                    flows(llama_flows, conversation) if binary else None,
+                )
     finally:
         for server in reversed(servers):
             server.stop()
