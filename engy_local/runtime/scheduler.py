@@ -322,7 +322,8 @@ class Scheduler:
                 guess = r.drafter.draft(min(gate.cap, left))
                 if guess:
                     guesses[r.slot.id] = guess
-        lengths = gate.lengths(len(generating), {s: len(g) for s, g in guesses.items()})
+        followed = {r.slot.id: r.drafter.followed for r in generating if r.drafter is not None}
+        lengths = gate.lengths(len(generating), {s: len(g) for s, g in guesses.items()}, followed)
         out = {}
         for seq, k in lengths.items():
             k = min(k, room)

@@ -22,11 +22,13 @@ llama_decode step as every other sequence's token.
   little a step, so a burst of other work at start-up or later does not
   turn drafting off for good); a sequence drafts only as far as its
   expected accepted tokens are worth more than the extra rows cost beside
-  what the step already holds. Where a token more costs a step of its own
-  (`pays_at_all`), one sequence drafts one token every RETRY steps, which
-  times a step of two rows again. Acceptance is tracked per sequence:
+  what the step already holds. Where no draft, even one kept whole, could
+  pay (`pays_at_all`), one sequence drafts one token every RETRY steps,
+  which times a step of two rows again. Acceptance is tracked per sequence:
   drafts lengthen as they are accepted and shorten as they are not, and a
-  sequence whose drafts fail stops drafting, trying again now and then.
+  sequence whose drafts fail stops drafting, trying again now and then, or
+  at once when its output has gone as its drafter's source said for a run
+  of tokens (`Drafter.followed`: a copy under way).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ AGREEMENT = 64  # tokens before an occurrence compared with those before the suf
 RETRY = 32  # steps a sequence that stopped drafting waits before it tries again
 DECAY = 0.8  # what a draft's outcome still counts one draft later
 RISE = 1.05  # the most a step size's cost goes up for one slower step observed
+RUN = 8  # output tokens that followed a drafter's source: evidence enough to draft on
 
 
 class Drafter:
@@ -63,12 +66,17 @@ class Drafter:
     def __init__(self, tokens: list[int]) -> None:
         self._bytes = bytearray(np.asarray(tokens, dtype="<i4").tobytes())
         self._source = -1  # byte offset of the token expected next; -1: none
+        # Output tokens that went as the source said since it was found,
+        # drafted or not: what drafts would have kept (the gate's evidence
+        # while a sequence rests from drafting).
+        self.followed = 0
 
     def push(self, tokens: list[int]) -> None:
         new = np.asarray(tokens, dtype="<i4").tobytes()
         if self._source >= 0:
             followed = self._bytes[self._source : self._source + len(new)] == new
             self._source = self._source + len(new) if followed else -1
+            self.followed = self.followed + len(tokens) if followed else 0
         self._bytes += new
 
     def draft(self, k: int) -> list[int]:
@@ -76,6 +84,7 @@ class Drafter:
         data = self._bytes
         if not 0 <= self._source < len(data):
             self._source = self._find()
+            self.followed = 0
         if self._source < 0:
             return []
         piece = data[self._source : self._source + 4 * k]
@@ -187,13 +196,20 @@ class Gate:
     waited: int = 0  # steps since a probe, while drafting does not pay at all
     fixed: bool = False  # costs given, not measured ("on": draft whatever it costs)
 
-    def lengths(self, rows: int, wants: dict[int, int]) -> dict[int, int]:
+    def lengths(
+        self, rows: int, wants: dict[int, int], followed: dict[int, int] | None = None
+    ) -> dict[int, int]:
         """Draft lengths for the sequences in `wants` (sequence -> tokens
         its drafter has, at most), in a step that holds `rows` tokens
         already. A sequence drafts k tokens when what they are expected to
-        save beats what they add to the step."""
+        save beats what they add to the step. `followed` (sequence -> its
+        output tokens that went as its drafter's source said, drafted or
+        not): a run of them is evidence that the next ones will too, so a
+        copy is drafted at length however its sequence fared before (a run
+        of n tokens goes on with a chance of about n / (n + 2))."""
         if not wants:
             return {}
+        followed = followed or {}
         if not self.pays_at_all():
             # A probe now and then: a one-token draft times a step of two.
             self.waited += 1
@@ -206,14 +222,16 @@ class Gate:
         extra = 0
         for seq, available in wants.items():
             stat = self.stats.setdefault(seq, Acceptance())
+            run = followed.get(seq, 0)
             if stat.idle:
                 stat.idle += 1
-                if stat.idle < RETRY:
+                if stat.idle < RETRY and run < RUN:
                     continue
                 stat = self.stats[seq] = Acceptance(length=1)  # try again, as a newcomer
-            rate, base = stat.rate, self.costs.of(rows + extra)
+            rate, base = max(stat.rate, run / (run + 2)), self.costs.of(rows + extra)
+            length = max(stat.length, run if run >= RUN else 0)
             best, gain, expected = 0, 0.0, 0.0
-            for k in range(1, min(stat.length, available, self.cap) + 1):
+            for k in range(1, min(length, available, self.cap) + 1):
                 expected += rate**k  # tokens a k-token draft is expected to keep
                 cost = self.costs.of(rows + extra + k) - base
                 value = expected * per_token - self.margin * cost
@@ -247,6 +265,12 @@ class Gate:
         self.stats.pop(seq, None)
 
     def pays_at_all(self) -> bool:
-        """Whether even an accepted draft could pay on this machine: one
-        extra token must cost less than a step of its own."""
-        return self.costs.of(2) < self.margin**-1 * 2 * self.costs.of(1)
+        """Whether even a draft accepted whole could pay on this machine: a
+        step of 1 + k rows, for some k up to the cap, must cost less than
+        the k + 1 steps of one row it saves. (Rows cost less the more a
+        step holds: where two rows cost almost two steps, seventeen may
+        still cost far less than seventeen.)"""
+        one = self.costs.of(1)
+        return any(
+            k * one > self.margin * (self.costs.of(1 + k) - one) for k in range(1, self.cap + 1)
+        )

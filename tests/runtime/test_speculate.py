@@ -33,7 +33,7 @@ from engy_local.runtime.job import Job
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import LoadOptions
 from engy_local.runtime.pool import ModelPool
-from engy_local.runtime.speculate import RETRY, SIZES, Costs, Drafter, Gate
+from engy_local.runtime.speculate import RETRY, RUN, SIZES, Costs, Drafter, Gate
 
 FILE = "\n".join(
     f"The keeper climbed the {w} stairs at dusk and lit lamp number {i}."
@@ -71,6 +71,17 @@ def test_a_draft_follows_the_look_alike_that_agrees_furthest_back() -> None:
     assert d.draft(3) == []  # (300 never came before)
 
 
+def test_a_drafter_counts_the_output_that_went_as_its_source_said() -> None:
+    """Drafted or not: what a draft would have kept (the gate's evidence)."""
+    d = Drafter([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2])
+    assert d.draft(2) == [3, 4] and d.followed == 0
+    d.push([3])
+    d.push([4, 5])
+    assert d.followed == 3
+    d.push([0])  # the output leaves its source
+    assert d.followed == 0 and d.draft(2) == []
+
+
 def costs(per_token: float, fixed: float) -> Costs:
     return Costs(tuple(fixed + per_token * b for b in SIZES))
 
@@ -82,6 +93,11 @@ def test_the_gate_drafts_where_it_pays_and_not_where_it_does_not() -> None:
     linear = Gate(costs(per_token=0.02, fixed=0.0))  # each token costs a step of its own
     assert not linear.pays_at_all()
     assert linear.lengths(1, {0: 8}) == {}
+    # Two rows cost almost two steps, seventeen far less than seventeen (as
+    # gemma-3-270m's steps at 3.8k tokens of context on a 2-core AMD VM):
+    # a long draft accepted whole still pays.
+    steep = Gate(Costs((0.010, 0.018, 0.022, 0.026, 0.034, 0.050, 0.090)))
+    assert steep.pays_at_all()
 
 
 def test_drafts_lengthen_when_accepted_and_stop_when_they_fail() -> None:
@@ -135,6 +151,20 @@ def test_an_early_miss_does_not_stop_a_sequence_for_good() -> None:
     gate.account(0, 1, 1)
     gate.account(0, 2, 2)
     assert gate.lengths(1, {0: 16})[0] > 1  # and lengthens as it is accepted
+
+
+def test_a_resting_sequence_whose_output_follows_its_source_drafts_at_length() -> None:
+    """A copy's sequence resting after a miss (its opening words) or after
+    drafts of one token that did not pay: the output it writes meanwhile
+    goes as its drafter's source says, so it drafts again at once and
+    long, not one token after RETRY steps."""
+    gate = Gate(Costs((0.010, 0.018, 0.022, 0.026, 0.034, 0.050, 0.090)), cap=16)
+    gate.account(0, 4, 0)  # the first draft: all of it wrong
+    assert gate.lengths(1, {0: 16}, {0: 0}) == {}  # it rests
+    assert gate.lengths(1, {0: 16}, {0: RUN - 1}) == {}  # too short a run to go on
+    assert gate.lengths(1, {0: 16}, {0: 40}) == {0: 16}  # a copy: drafted whole
+    # Without a run, a newcomer at its prior drafts short or not at all.
+    assert sum(Gate(gate.costs, cap=16).lengths(1, {1: 16}, {1: 0}).values()) < 16
 
 
 def test_the_gate_follows_what_steps_cost_while_serving() -> None:
