@@ -12,7 +12,7 @@ import pytest
 
 from engy_local.backend import ModelStatus
 from engy_local.commands.launch.claude import LEAN_ENV, claude_args, claude_env
-from engy_local.commands.launch.codex import catalog_entry, codex_overrides
+from engy_local.commands.launch.codex import catalog_entry, codex_overrides, lean_instructions
 from engy_local.commands.launch.profile import choose
 
 B = 1_000_000_000
@@ -117,11 +117,20 @@ def test_claude_env_lean_turns_memory_and_git_guidance_off_unless_the_user_set_t
 
 # ---- Codex ------------------------------------------------------------------------
 
+INSTRUCTIONS = (
+    "You are Codex.\n\n# Personality\nWarm.\n\n# General\nRead first.\n"
+    "## Frontend guidance\nBold.\n### Design instructions\nFonts.\n"
+    "## Editing constraints\nUse apply_patch.\n\n# Working with the user\nChannels.\n"
+    "## Final answer instructions\nShort.\n"
+)
+LEAN_INSTRUCTIONS = (
+    "You are Codex.\n\n# General\nRead first.\n## Editing constraints\nUse apply_patch.\n\n"
+)
 SHIPPED = [
     {
         "slug": "gpt-x",
-        "base_instructions": "You are Codex. " * 1000,
-        "model_messages": {"instructions_template": "You are Codex. " * 1000},
+        "base_instructions": INSTRUCTIONS,
+        "model_messages": {"instructions_template": INSTRUCTIONS, "approvals": None},
         "shell_type": "unified_exec",
         "apply_patch_tool_type": "freeform",
         "include_skills_usage_instructions": True,
@@ -159,11 +168,35 @@ def test_codex_catalog_entry_lean_and_full() -> None:
     full = catalog_entry(MODEL, SHIPPED, lean=False)
     lean = catalog_entry(MODEL, SHIPPED, lean=True)
     assert full is not None and lean is not None
-    # Both keep the instructions this Codex ships; lean drops the skills list.
+    # Full keeps the instructions this Codex ships; lean their sections on
+    # the work, and no skills list.
+    assert full["base_instructions"] == INSTRUCTIONS
+    assert full["model_messages"]["instructions_template"] == INSTRUCTIONS
+    assert lean["base_instructions"] == LEAN_INSTRUCTIONS
+    assert lean["model_messages"] == {"instructions_template": LEAN_INSTRUCTIONS, "approvals": None}
     for entry in (full, lean):
-        assert entry["base_instructions"] == SHIPPED[0]["base_instructions"]
         assert entry["slug"] == MODEL.id and entry["context_window"] == 32768
         assert entry["apply_patch_tool_type"] == "freeform"
         assert entry["shell_type"] == "unified_exec"
     assert full["include_skills_usage_instructions"] is True
     assert lean["include_skills_usage_instructions"] is False
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (INSTRUCTIONS, LEAN_INSTRUCTIONS),
+        # A heading named alike at another level is dropped with its children.
+        ("## Personality\nx\n### Tone\ny\n## Tools\nz\n", "## Tools\nz\n"),
+        # Headings this version does not have: all kept, word for word.
+        (
+            "# How you work\nPlan.\n## Tools\nUse them.\n",
+            "# How you work\nPlan.\n## Tools\nUse them.\n",
+        ),
+        # A `#` inside a line is no heading; blank runs left by a cut are one blank line.
+        ("a # b\n\n# Personality\nx\n\n\n# End\n", "a # b\n\n# End\n"),
+        ("", ""),
+    ],
+)
+def test_lean_instructions(text: str, want: str) -> None:
+    assert lean_instructions(text) == want

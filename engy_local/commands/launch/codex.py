@@ -12,9 +12,11 @@ The lean profile (profile.py) keeps what a small model uses well: Codex
 `default`, `local` and `shell_command` as names of `unified_exec`:
 `exec_command`, which runs one command and returns its output, with
 `write_stdin` beside it) and one form of apply_patch (`freeform`, which
-engy turns into `custom_tool_call`). Lean keeps the shipped instructions
-(see catalog_entry) and turns off the skills list, multi-agent, goals,
-image generation and web search."""
+engy turns into `custom_tool_call`). Lean keeps the shipped instructions'
+sections on doing the work (engineering judgment, editing, persistence)
+and drops those on tone, design and how to report (lean_instructions), and
+turns off the skills list, multi-agent, goals, image generation and web
+search."""
 
 from __future__ import annotations
 
@@ -58,6 +60,34 @@ LEAN_SETTINGS: dict[str, str | int | bool] = {
     "web_search": "disabled",
     "skills.bundled.enabled": False,
 }
+
+
+# Sections of the shipped instructions a lean profile leaves out, by heading
+# (with the sections under them): tone, front-end design, and the channels
+# and formatting of progress updates and final answers, which a local model
+# writes in plain text anyway. About three quarters of the text; what is
+# left says how to work: judgment, editing, git, persistence.
+LEAN_DROPPED_SECTIONS = frozenset({"personality", "frontend guidance", "working with the user"})
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+
+
+def lean_instructions(text: str) -> str:
+    """`text` (Markdown) without the LEAN_DROPPED_SECTIONS: a dropped
+    heading's section runs to the next heading of its level or above.
+    A version whose headings differ keeps whatever is not named."""
+    out: list[str] = []
+    dropping: int | None = None  # the level of the heading being dropped
+    for line in text.splitlines(keepends=True):
+        m = _HEADING.match(line)
+        if m:
+            level = len(m[1])
+            if dropping is not None and level <= dropping:
+                dropping = None
+            if dropping is None and m[2].lower() in LEAN_DROPPED_SECTIONS:
+                dropping = level
+        if dropping is None:
+            out.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "".join(out))
 
 
 def auto_compact_limit(context_length: int) -> int:
@@ -129,12 +159,18 @@ def catalog_entry(
         entry["supported_reasoning_levels"] = []
         entry.pop("default_reasoning_level", None)
     if lean:
-        # The shipped instructions stay: tried on Qwen2.5-Coder-0.5B, a short
-        # set of engy's own (four wordings, 1.9k-token first prompts) had it
-        # fill exec_command's optional `justification` with its description,
-        # which Codex refuses, then call write_stdin on a session that never
-        # existed; with the shipped ones it ran the command.
+        # The shipped wording stays, shortened: tried on Qwen2.5-Coder-0.5B,
+        # a short set of engy's own (four wordings, 1.9k-token first
+        # prompts) had it fill exec_command's optional `justification` with
+        # its description, which Codex refuses, then call write_stdin on a
+        # session that never existed; with the shipped ones it ran the command.
         entry.update(include_skills_usage_instructions=False, shell_type="unified_exec")
+        entry["base_instructions"] = lean_instructions(str(entry["base_instructions"]))
+        messages = entry.get("model_messages")
+        if isinstance(messages, dict) and isinstance(messages.get("instructions_template"), str):
+            # Codex builds its instructions from this template when it has one.
+            template = lean_instructions(messages["instructions_template"])
+            entry["model_messages"] = {**messages, "instructions_template": template}
     return entry
 
 

@@ -2,15 +2,16 @@
 
 lean  the tools a small local model uses well and a short first prompt
       (Claude Code: Bash alone, no slash commands or memory;
-      Codex: its command tool and apply_patch, no skills list, multi-agent,
-      goals, image generation or web search)
+      Codex: its command tool and apply_patch, its instructions' sections
+      on the work only, no skills list, multi-agent, goals, image
+      generation or web search)
 full  the client's own defaults
 
 `auto` gives Codex its full set whatever the model: on
-Qwen2.5-Coder-0.5B the lean set (the same command tool, fewer extras, a
-first prompt 61% of full) had the model fill every optional field of
-exec_command and the call was refused, where the full set ran the
-command (docs/benchmarks.md). For Claude Code, `auto`
+Qwen2.5-Coder-0.5B the lean set (the same command tool, fewer extras,
+then the shipped instructions whole: a first prompt 61% of full) had the
+model fill every optional field of exec_command and the call was
+refused, where the full set ran the command (docs/benchmarks.md). For Claude Code, `auto`
 picks lean for a model under LEAN_PARAMETERS parameters (or, when
 the parameter count is unknown, weights under LEAN_WEIGHT_BYTES), or served
 with a window under LEAN_WINDOW tokens, and full otherwise. Measured on
