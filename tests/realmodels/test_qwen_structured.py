@@ -143,6 +143,29 @@ def test_openai_chat_completions_parse(server: EngyServer) -> None:
     check(completion.choices[0].message.parsed)
 
 
+def test_openai_chat_completions_stream(server: EngyServer) -> None:
+    """The streamed chat path: the SDK parses the final completion's
+    content into the model, and the content deltas add up to it."""
+    deltas: list[str] = []
+    with (
+        gpt(server) as o,
+        o.chat.completions.stream(
+            model=model_id(server),
+            messages=[{"role": "user", "content": ASK}],
+            response_format=Person,
+            max_tokens=160,
+        ) as s,
+    ):
+        for event in s:
+            if event.type == "content.delta":
+                deltas.append(event.delta)
+        completion = s.get_final_completion()
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop"
+    assert "".join(deltas) == choice.message.content
+    check(choice.message.parsed)
+
+
 TITLE = {
     "type": "object",
     "properties": {"title": {"type": "string"}},
