@@ -42,13 +42,14 @@ def points(
     """Where reading a prompt of `prompt` tokens from `reuse` on stops to
     keep a checkpoint, before its end (which sliding-window models keep
     anyway). A sliding window: where the conversation's messages begin
-    (`marks`). A recurrent state: there too, where the last turn's answer
-    begins once the next turn renders it (`answer`, just after the
-    assistant's header), one token before the end (the same prompt sent
-    again must evaluate one token), and every STRIDE tokens; of those
+    (`marks`) and one token before the end (the same prompt sent again
+    must evaluate one token, and the window of a state that went on past
+    it no longer reaches back there). A recurrent state: there too, where
+    the last turn's answer begins once the next turn renders it (`answer`,
+    just after the assistant's header), and every STRIDE tokens; of those
     within NEAR tokens of each other, the first."""
     if model.n_swa > 0 and not model.recurrent:
-        return tuple(sorted(p for p in set(marks) if reuse < p < prompt))
+        return tuple(sorted(p for p in {*marks, prompt - 1} if reuse < p < prompt))
     if not model.recurrent:
         return ()
     found = {*marks, answer, prompt - 1, *range(STRIDE, prompt - 1, STRIDE)}

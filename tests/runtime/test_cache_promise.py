@@ -111,6 +111,27 @@ def test_a_long_answer_then_a_side_request_then_turn_two_gemma(
     assert parted(second, gemma_cold.ask(request), gemma_path) == ""
 
 
+def test_the_same_request_sent_again_after_a_long_answer_gemma(
+    gemma_path: Path, gemma_cold: Cold
+) -> None:
+    """A retry after the answer (a client that timed out): the state went
+    on past the prompt farther than the window reaches back, so only the
+    checkpoint kept one token before the prompt's end can give all but its
+    last token. Before it, the same 2k-token prompt was read again whole
+    (the messages' start, a few hundred tokens, from the cache)."""
+    e = Engine(gemma_path, load={"speculative": "on"})
+    request = conversation(question(0) + "\n" + LOOP, max_tokens=1100)
+    try:
+        first = e.ask(request)
+        assert len(first.output) > 1050, first.finished  # past what the window keeps
+        again = e.ask(request)
+        assert again.cached == len(first.prompt) - 1, again.started
+        assert e.consistent() == []
+    finally:
+        e.close()
+    assert parted(again, gemma_cold.ask(request), gemma_path) == ""
+
+
 @pytest.mark.parametrize(("between", "disk"), [f[1:] for f in FLOWS], ids=[f[0] for f in FLOWS])
 def test_turn_two_reads_turn_one_from_the_cache_gemma(
     gemma_path: Path, gemma_cold: Cold, between: Between, disk: bool, tmp_path: Path

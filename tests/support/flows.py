@@ -395,8 +395,9 @@ def least(kind: Kind, prompt: list[int], seen: list[Seen]) -> int:
       shares with any earlier prompt (after a restart, when that is at
       least one disk block);
     - a sliding window: the end of its conversation's latest prompt when it
-      extends it (a checkpoint is kept there), else where an earlier
-      prompt's messages begin (its mark) when it shares that much;
+      extends it or is that prompt again (checkpoints are kept there and one
+      token before it), else where an earlier prompt's messages begin (its
+      mark) when it shares that much;
     - recurrent or hybrid: as a sliding window, the latest prompt's end
       less up to NEAR tokens (its checkpoints are where that prompt's
       answer begins and one token before its end), an identical prompt too;
@@ -412,7 +413,7 @@ def least(kind: Kind, prompt: list[int], seen: list[Seen]) -> int:
             got = 0 if s.on_disk and shared < BLOCK else shared
         else:
             got = max((m for m in s.marks if m <= shared), default=0)
-            extends = shared >= len(s.tokens) and (len(s.tokens) < n or kind == "recurrent")
+            extends = shared >= len(s.tokens)
             if s.latest and extends:
                 got = max(got, len(s.tokens) - (NEAR if kind == "recurrent" else 0))
             elif kind == "recurrent" and s.latest and 0 < s.answer <= shared:
