@@ -19,7 +19,8 @@ S = STRIDE
 # name, model, prompt, reuse, marks, answer start, the points
 CASES: list[tuple[str, Any, int, int, tuple[int, ...], int, tuple[int, ...]]] = [
     ("full attention keeps none", A, 3000, 0, (1700,), 2990, ()),
-    ("a window keeps the messages' start", W, 3000, 0, (1700,), 2990, (1700,)),
+    ("a window: the messages' start, one before the end", W, 3000, 0, (1700,), 2990,
+     (1700, 2999)),
     ("messages, the answer's opening, one before the end", R, 3000, 0, (1700,), 2900,
      (1700, 2900, 2999)),
     ("one before the end, close to the answer, goes", R, 3000, 0, (1700,), 2994, (1700, 2994)),
