@@ -24,8 +24,9 @@ log = logging.getLogger("engy.requests")
 # saved to the RAM cache first (below it, evaluating again is cheaper).
 MIN_SAVE = 256
 # Checkpoints kept per sequence, the latest (and the first mark): sliding-
-# window models keep their prompts' ends; recurrent ones more (`points`).
-MAX_CHECKPOINTS = 3
+# window models keep their prompts' ends and the token before each, so the
+# last two prompts' pairs; recurrent ones more (`points`).
+MAX_CHECKPOINTS = 5
 MAX_RECURRENT_CHECKPOINTS = 8
 # A recurrent model's long read keeps a checkpoint every STRIDE tokens (an
 # edit far into a long prompt then costs at most this many tokens again).
