@@ -176,6 +176,15 @@ def base_env(home: Path, engy_home: Path) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH")  # this tree's engy_local
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PATH"] = f"{NPM_BIN}{os.pathsep}{env.get('PATH', '')}"
+    python3 = shutil.which("python3")
+    if shutil.which("python", path=env["PATH"]) is None and python3:
+        # Models run `python x.py` as on most machines; a VM with only
+        # python3 would fail the fix and steps tasks for want of the name.
+        shim = home / "bin"
+        shim.mkdir(exist_ok=True)
+        if not (shim / "python").exists():
+            (shim / "python").symlink_to(python3)
+        env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
     env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
     return env
 

@@ -6,6 +6,7 @@ user's own arguments winning. Pure: no server, no client."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,7 @@ LEAN_C = {
     "features.image_generation": "false",
     "web_search": '"disabled"',
     "skills.bundled.enabled": "false",
+    "features.view_image": "false",  # MODEL has no vision projector
 }
 
 
@@ -162,6 +164,11 @@ def test_codex_overrides(lean: bool) -> None:
         assert {k: c[k] for k in LEAN_C} == LEAN_C
     else:
         assert not set(LEAN_C) & set(c)
+
+
+def test_codex_lean_keeps_view_image_for_a_model_with_vision() -> None:
+    c = overrides(codex_overrides("http://x", replace(MODEL, images=True), None, lean=True))
+    assert "features.view_image" not in c and c["features.goals"] == "false"
 
 
 def test_codex_catalog_entry_lean_and_full() -> None:

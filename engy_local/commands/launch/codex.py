@@ -16,7 +16,7 @@ engy turns into `custom_tool_call`). Lean keeps the shipped instructions'
 sections on doing the work (engineering judgment, editing, persistence)
 and drops those on tone, design and how to report (lean_instructions), and
 turns off the skills list, multi-agent, goals, image generation and web
-search."""
+search (and view_image, for a model without vision)."""
 
 from __future__ import annotations
 
@@ -219,6 +219,8 @@ def codex_overrides(
     if lean:
         settings.update({f"features.{f}": False for f in LEAN_FEATURES_OFF})
         settings.update(LEAN_SETTINGS)
+        if not model.images:  # view_image is of no use to a model without vision
+            settings["features.view_image"] = False
     out: list[str] = []
     for key, value in settings.items():
         out += ["-c", f"{key}={_toml(value)}"]

@@ -156,8 +156,10 @@ def _configure(
     )
     if lean:
         console.print(
-            "  Codex: exec_command and apply_patch; no skills list, "
-            "multi-agent, goals, image generation or web search (your -c settings win)",
+            "  Codex: exec_command and apply_patch; no skills list, multi-agent, goals, "
+            "image generation, web search"
+            + ("" if m.images else " or view_image")
+            + " (your -c settings win)",
             soft_wrap=True,
             highlight=False,
         )
