@@ -7,11 +7,13 @@ lean  the tools a small local model uses well and a short first prompt
       generation or web search)
 full  the client's own defaults
 
-`auto` gives Codex its full set whatever the model: on
-Qwen2.5-Coder-0.5B the lean set (the same command tool, fewer extras,
-then the shipped instructions whole: a first prompt 61% of full) had the
-model fill every optional field of exec_command and the call was
-refused, where the full set ran the command (docs/benchmarks.md). For Claude Code, `auto`
+`auto` gives Codex its full set on a model under CODEX_LEAN_FROM
+parameters: on Qwen2.5-Coder-0.5B the lean set had the model fill every
+optional field of exec_command and the call was refused, or run its
+answer to the token limit, where the full set ran the command. On
+Qwen2.5-Coder-1.5B lean did as well as full (1 of 8 task-runs against 0
+of 8) and reached its first token about 6x sooner (docs/benchmarks.md), so
+from there Codex gets what Claude Code gets. For both clients `auto`
 picks lean for a model under LEAN_PARAMETERS parameters (or, when
 the parameter count is unknown, weights under LEAN_WEIGHT_BYTES), or served
 with a window under LEAN_WINDOW tokens, and full otherwise. Measured on
@@ -38,6 +40,8 @@ LEAN_PARAMETERS = 14_000_000_000
 # the parameter count cannot be read.
 LEAN_WEIGHT_BYTES = 8 << 30
 LEAN_WINDOW = 65_536
+# Codex on a smaller model keeps its defaults (see above).
+CODEX_LEAN_FROM = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -79,10 +83,12 @@ def choose(
     (None: unknown)."""
     if choice != "auto":
         return Profile(choice, f"--tools {choice}", _other(choice))
-    if client == "codex":
-        return Profile(
-            "full", "auto: Codex did its task on its defaults, not on lean", _other("full")
+    if client == "codex" and parameters and parameters < CODEX_LEAN_FROM:
+        why = (
+            f"auto: Codex on {_count(parameters)} parameters, under {_count(CODEX_LEAN_FROM)}, "
+            "did its task on its defaults, not on lean"
         )
+        return Profile("full", why, _other("full"))
     small: str | None = None
     if parameters:  # known: it decides, the file's bytes do not
         if parameters < LEAN_PARAMETERS:
