@@ -629,9 +629,10 @@ def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
     """Two new sessions in two folders, no tool flags: the per-folder parts
     (the working directory, the environment) come after the system prompt
     and the tools, so the second's first turn reads all but them from the
-    cache: Claude Code's environment section (the folder's path, then about
-    200 tokens: 1857 of 2068 cached, 90%) and Codex's environment context
-    (5999 of 6122, 98%). Without --exclude-dynamic-system-prompt-sections
+    cache: Claude Code's environment section (the folder's path, and a
+    scratchpad path with the session's id, then about 200 tokens: 1857 of
+    2068 cached, 90%) and Codex's environment context (about 120 tokens,
+    98% of its lean prompt, more of its defaults'). Without --exclude-dynamic-system-prompt-sections
     Claude Code's memory path in its system prompt left 800 of 11.6k
     tokens cached."""
     launch = Launch(tmp_path)

@@ -4,7 +4,7 @@ lean  the tools a small local model uses well and a short first prompt
       (Claude Code: Bash alone, no slash commands or memory;
       Codex: its command tool and apply_patch, its instructions' sections
       on the work only, no skills list, multi-agent, goals, image
-      generation or web search)
+      generation, web search or, without vision, view_image)
 full  the client's own defaults
 
 `auto` gives Codex its full set on a model under CODEX_LEAN_FROM

@@ -155,11 +155,11 @@ def _configure(
         highlight=False,
     )
     if lean:
+        off = ["skills list", "multi-agent", "goals", "image generation", "web search"]
+        off += [] if m.images else ["view_image"]
         console.print(
-            "  Codex: exec_command and apply_patch; no skills list, multi-agent, goals, "
-            "image generation, web search"
-            + ("" if m.images else " or view_image")
-            + " (your -c settings win)",
+            f"  Codex: exec_command and apply_patch; no {', '.join(off[:-1])} or {off[-1]} "
+            "(your -c settings win)",
             soft_wrap=True,
             highlight=False,
         )
