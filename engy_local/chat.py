@@ -79,11 +79,31 @@ class Message:
         return "".join(p.text for p in self.parts if isinstance(p, Text))
 
 
+# A keyword of engy's own in a string's JSON Schema: {"syntax": "lark" or
+# "regex", "definition": ...}, a grammar the string must match (a freeform
+# tool's input). The prompt half enforces it where it can convert it.
+STRING_GRAMMAR = "x-engy-grammar"
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: dict[str, Any]  # JSON Schema (with STRING_GRAMMAR where a tool gives one)
+
+    def shown_parameters(self) -> dict[str, Any]:
+        """The schema as the model is shown it: without STRING_GRAMMAR (a
+        tool with a grammar says it in its description)."""
+        shown: dict[str, Any] = _without_grammar(self.parameters)
+        return shown
+
+
+def _without_grammar(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_grammar(v) for k, v in value.items() if k != STRING_GRAMMAR}
+    if isinstance(value, list):
+        return [_without_grammar(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,11 @@ def to_template_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.shown_parameters(),
+            },
         }
         for t in tools
     ]

@@ -36,7 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..chat import STRING_GRAMMAR
 from .gbnf import literal
+from .lark import string_rules
 
 MAX_REPEAT = 64
 MAX_SCHEMA_NODES = 16384
@@ -197,6 +199,8 @@ def reduced(schema: Any) -> dict[str, Any] | None:
         out["minimum"] = 0  # all the grammar says of bounds: no minus sign
     if schema.get("format") in _FORMATS and out.get("type") == "string":
         out["format"] = schema["format"]
+    if out.get("type") == "string" and isinstance(schema.get(STRING_GRAMMAR), dict):
+        out[STRING_GRAMMAR] = schema[STRING_GRAMMAR]
     if not _SHAPE & out.keys():
         return {**out, **ANY}
     return out
@@ -436,6 +440,16 @@ class _Converter:
 
     def _string(self, schema: dict[str, Any], name: str) -> str:
         sp, q = self._space(), literal(self.notation.quote)
+        grammar = schema.get(STRING_GRAMMAR)
+        if grammar is not None and self.notation is JSON:
+            # A freeform tool's grammar, over the JSON-escaped text (lark.py);
+            # where it does not convert, any string as below.
+            prefix = self.prefix + (_NAME.sub("-", name).strip("-") or "root") + "-g-"
+            content = string_rules(
+                str(grammar.get("syntax")), str(grammar.get("definition")), prefix, self.rules
+            )
+            if content is not None:
+                return self._add(_child(name, "grammar"), f"{q} {content} {q} {sp}")
         fmt = schema.get("format")
         if fmt is not None:
             body = _FORMAT_BODIES["uuid" if fmt.startswith("uuid") else fmt]

@@ -21,7 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..chat import ChatRequest, Message, Part, Sampling, Text, ToolCall, ToolChoice, ToolResult
+from ..chat import (
+    STRING_GRAMMAR,
+    ChatRequest,
+    Message,
+    Part,
+    Sampling,
+    Text,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+)
 from ..chat import ToolSpec as Spec
 from ..errors import InvalidRequest
 from . import fields
@@ -154,12 +164,14 @@ def _custom_parameters(tool: dict[str, Any], path: str) -> dict[str, Any]:
     fmt = fields.obj(tool.get("format") or {"type": "text"}, f"{path}.format")
     definition = fields.string(fmt, "definition", f"{path}.format.definition", "")
     described = "The tool's whole input, as plain text."
+    value: dict[str, Any] = {"type": "string"}
     if fmt.get("type") == "grammar" and definition:
         syntax = fields.string(fmt, "syntax", f"{path}.format.syntax", "lark")
         described += f" It must match this {syntax} grammar:\n{definition}"
+        value[STRING_GRAMMAR] = {"syntax": syntax, "definition": definition}
     return {
         "type": "object",
-        "properties": {"input": {"type": "string", "description": described}},
+        "properties": {"input": {**value, "description": described}},
         "required": ["input"],
     }
 

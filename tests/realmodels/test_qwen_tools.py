@@ -324,3 +324,40 @@ def test_serve_temp_is_the_default_for_requests_that_set_none(server: EngyServer
             for _ in range(4)
         ]
     assert len(set(answers[1:])) == 1 and len(answers[1]) > 40, answers
+
+
+# A freeform tool with a grammar, the way Codex sends apply_patch (the format
+# here is our own): the model's input is a sentence of the grammar, whole,
+# its last line included.
+CHANGES = r"""
+start: "*** Begin Changes" LF op+ "*** End Changes" LF?
+op: ("*** Add File: " PATH LF line+) | ("*** Delete File: " PATH LF)
+line: "+" [/.+/] LF
+PATH: /[^\n]+/
+%import common.LF
+"""
+CHANGES_TOOL = {
+    "type": "custom",
+    "name": "edit_files",
+    "description": "Adds or deletes files. Its input is a list of changes in this format: "
+    "*** Begin Changes, each file's change, *** End Changes. Not JSON.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": CHANGES},
+}
+
+
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_a_freeform_tools_input_follows_its_grammar(server: EngyServer, choice: str) -> None:
+    lark = pytest.importorskip("lark")
+    with gpt(server) as o:
+        r = o.responses.create(
+            model=model_id(server),
+            input="Use edit_files to add a file named notes.txt with the single line: done",
+            tools=[CHANGES_TOOL],  # type: ignore[list-item]
+            tool_choice=choice,  # type: ignore[arg-type]
+            temperature=0,
+            max_output_tokens=200,
+        )
+    calls = [i for i in r.output if i.type == "custom_tool_call"]
+    assert len(calls) == 1, r.output
+    lark.Lark(CHANGES).parse(calls[0].input)  # raises unless a whole sentence
+    assert "notes.txt" in calls[0].input

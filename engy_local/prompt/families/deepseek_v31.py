@@ -78,7 +78,7 @@ def describe(tools: Sequence[ToolSpec], syntax: str = SYNTAX) -> str:
     """The system-prompt text that describes `tools` and how to call them."""
     entries = "".join(
         f"\n### {t.name}\nDescription: {t.description}\n\n"
-        f"Parameters: {json.dumps(t.parameters, ensure_ascii=False)}\n"
+        f"Parameters: {json.dumps(t.shown_parameters(), ensure_ascii=False)}\n"
         for t in tools
     )
     return TOOLS_PROMPT.format(tools=entries, syntax=syntax)

@@ -52,7 +52,7 @@ def describe(tools: Sequence[ToolSpec]) -> str:
     """The system-prompt text that describes `tools`."""
     lines = (
         json.dumps(
-            {"name": t.name, "description": t.description, "parameters": t.parameters},
+            {"name": t.name, "description": t.description, "parameters": t.shown_parameters()},
             ensure_ascii=False,
         )
         for t in tools
