@@ -306,20 +306,17 @@ def _one_of(forms: list[str]) -> str:
 
 
 def _text(text: str) -> str:
+    """`text` JSON-escaped: each character as itself (or its escape), or as
+    `\\u` and its code, which JSON writers may use for any character."""
     if not text:
         return '""'
-    parts, plain = [], ""
+    parts = []
     for c in text:
-        forms = _forms(c)
-        if forms == [c]:
-            plain += c
-            continue
-        if plain:
-            parts.append(literal(plain))
-            plain = ""
-        parts.append(_one_of(forms))
-    if plain:
-        parts.append(literal(plain))
+        forms = [literal(f) for f in _forms(c) if not f.startswith("\\u")]
+        if ord(c) <= 0xFFFF:  # hex digits in either case
+            digits = (f"[{d}{d.upper()}]" if d.isalpha() else f'"{d}"' for d in f"{ord(c):04x}")
+            forms.append(literal("\\u") + " " + " ".join(digits))
+        parts.append(forms[0] if len(forms) == 1 else "(" + " | ".join(forms) + ")")
     return " ".join(parts)
 
 

@@ -439,9 +439,10 @@ def test_launch_codex_starts_a_server_runs_exec_command_and_stops_the_server(
 
 
 # A patch whose every line is written differently ("\\n" escaped, a raw
-# newline, CRLF, a leading space) so that the model can spell it without
-# writing a token twice; Codex's parser reads each line the same.
-PATCH = "*** Begin Patch\\n*** Add File: hello.txt\n+Zebra\r\n *** End Patch"
+# newline, CRLF, a star as \\u002a) so that the model can spell it without
+# writing a token twice; each is a sentence of apply_patch's grammar, which
+# engy holds the input to, and Codex's parser reads each line the same.
+PATCH = "*** Begin Patch\\n\\u002a** Add File: hello.txt\n+Zebra\r\n*\\u002A* End Patch"
 AFTER_PATCH = "Done, the patch is in."
 
 

@@ -109,8 +109,14 @@ def test_lark_grammar_holds_the_input(vocab: Vocab, text: str, ok: bool) -> None
 
 
 def test_a_raw_newline_in_the_string_is_taken_too(vocab: Vocab) -> None:
-    """Models write raw newlines inside JSON strings; the parsers escape them."""
+    """Models write raw newlines inside JSON strings; the parsers escape them.
+    And a literal's character may come as its \\u escape, in either case."""
     gbnf = forced_call_grammar([custom("notes", "lark", NOTES)])
+    coded = '{"input": "\\u0042EGIN 2026\\n+ x\\n\\u0045\\u004E\\u0044"}'
+    assert json.loads(coded)["input"] == "BEGIN 2026\n+ x\nEND"
+    assert vocab.accepts(
+        gbnf, f'<tool_call>\n{{"name": "notes", "arguments": {coded}}}\n</tool_call>'
+    )
     arguments = '{"input": "BEGIN 2026\n+ x\nEND"}'  # \n: raw newlines in the string
     raw = f'<tool_call>\n{{"name": "notes", "arguments": {arguments}}}\n</tool_call>'
     assert vocab.accepts(gbnf, raw)
