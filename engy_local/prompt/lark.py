@@ -15,9 +15,9 @@ terminals (COMMON). Regular expressions: literals, escapes, classes, `.`,
 groups, alternation and quantifiers; `^` and `$` at the ends of a regex
 tool's pattern. Anything else (%ignore, templates, lookarounds, flags but
 `s`, left recursion, which llama.cpp's grammars refuse) converts to None:
-the input is then any string, as before. A `\\uXXXX` escape is taken for
-any character a class or `.` admits beyond ASCII, without checking which
-character it names.
+the input is then any string, as before. A literal's character may also
+come as its `\\uXXXX` escape; a class or `.` that admits characters beyond
+ASCII takes any `\\uXXXX`, without checking which character it names.
 
 Pure: text in, rules out.
 """
