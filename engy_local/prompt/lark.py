@@ -300,8 +300,8 @@ def _forms(c: str) -> list[str]:
     return [c]
 
 
-def _one_of(forms: list[str]) -> str:
-    alternatives = [literal(f) for f in forms]
+def _one_of(alternatives: list[str]) -> str:
+    """GBNF of any one of `alternatives` (GBNF expressions)."""
     return alternatives[0] if len(alternatives) == 1 else "(" + " | ".join(alternatives) + ")"
 
 
@@ -316,7 +316,7 @@ def _text(text: str) -> str:
         if ord(c) <= 0xFFFF:  # hex digits in either case
             digits = (f"[{d}{d.upper()}]" if d.isalpha() else f'"{d}"' for d in f"{ord(c):04x}")
             forms.append(literal("\\u") + " " + " ".join(digits))
-        parts.append(forms[0] if len(forms) == 1 else "(" + " | ".join(forms) + ")")
+        parts.append(_one_of(forms))
     return " ".join(parts)
 
 
@@ -368,12 +368,11 @@ def _chars(chars: Chars) -> str:
     ranges = _merged(list(chars.ranges))
     if chars.negated:
         plain = _class(_merged(ranges + _SPECIAL), negated=True)
-        kept = [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F)]
         # `\\uXXXX` takes any character, so only those with a short escape
         # (or a raw form) are listed
         specials = [
             (code, code)
-            for lo, hi in _minus(kept, ranges)
+            for lo, hi in _minus(_SPECIAL, ranges)
             for code in range(lo, hi + 1)
             if not _forms(chr(code))[0].startswith("\\u")
         ]
@@ -387,7 +386,7 @@ def _chars(chars: Chars) -> str:
         alternatives += [literal(f) for code in range(lo, hi + 1) for f in _forms(chr(code))]
     if not alternatives:
         raise Unconvertible("an empty character class")
-    return alternatives[0] if len(alternatives) == 1 else "(" + " | ".join(alternatives) + ")"
+    return _one_of(alternatives)
 
 
 def _repeat(low: int, high: int | None) -> str:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import ctypes
 import json
 import re
-from collections.abc import Iterator
 
 import llama_cpp
 import pytest
-from support.grammar import CLIENTS, FIXTURES, Vocab, captured_tools
+from support.grammar import CLIENTS, Vocab, captured_tools
 
 from engy_local.chat import ToolSpec
 from engy_local.prompt.autocall import LazyGrammar, call_or_answer_grammar, started_call_grammar
@@ -32,14 +31,6 @@ WEATHER = ToolSpec(
 )
 PLAY = ToolSpec("play.song", "", {"type": "object", "properties": {"minutes": {"type": "number"}}})
 TOOLS = [WEATHER, PLAY]
-
-
-@pytest.fixture(scope="module")
-def vocab() -> Iterator[Vocab]:
-    path = FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf"
-    if not path.is_file():
-        pytest.skip(f"vocab fixture not found: {path}")
-    yield Vocab(path)
 
 
 def lazy(family: str = "hermes", tools: list[ToolSpec] = TOOLS, after: str = "") -> LazyGrammar:

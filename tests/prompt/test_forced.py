@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
-import llama_cpp
 import pytest
 from llama_cpp.llama_grammar import LlamaGrammar
-from support.grammar import CLIENTS, FIXTURES, Vocab, captured_tools
+from support.grammar import CLIENTS, Vocab, captured_tools
 
 from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart, ToolSpec
 from engy_local.prompt.families import get
@@ -55,16 +53,6 @@ def test_bad_requests() -> None:
 
 
 # ---- running the grammar in llama.cpp ----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def vocab() -> Iterator[Vocab]:
-    path = FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf"
-    if not path.is_file():
-        pytest.skip(f"vocab fixture not found: {path}")
-    v = Vocab(path)
-    yield v
-    llama_cpp.llama_model_free(v.model)
 
 
 BASH = ToolSpec(

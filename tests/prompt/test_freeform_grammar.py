@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Iterator
 
 import lark
-import llama_cpp
 import pytest
-from support.grammar import FIXTURES, Vocab
+from support.grammar import Vocab
 
 from engy_local.chat import STRING_GRAMMAR, ToolCallEnd, ToolSpec
 from engy_local.prompt.forced import forced_call_grammar
@@ -64,16 +62,6 @@ def custom(name: str, syntax: str, definition: str) -> ToolSpec:
 def call(name: str, text: str) -> str:
     arguments = json.dumps({"input": text}, ensure_ascii=False)
     return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def vocab() -> Iterator[Vocab]:
-    path = FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf"
-    if not path.is_file():
-        pytest.skip(f"vocab fixture not found: {path}")
-    v = Vocab(path)
-    yield v
-    llama_cpp.llama_model_free(v.model)
 
 
 @pytest.mark.parametrize(
