@@ -280,6 +280,16 @@ APPLY_PATCH: dict[str, Any] = {
     "description": "Use the `apply_patch` tool to edit files.",
     "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR},
 }
+# A freeform tool without a grammar: what the tiny models write (an empty
+# string, a fixed text) is its whole input. They can write no sentence of
+# PATCH_GRAMMAR, which engy holds apply_patch's input to
+# (tests/prompt/test_freeform_grammar.py), so they would run to the limit.
+WRITE_NOTE: dict[str, Any] = {
+    "type": "custom",
+    "name": "write_note",
+    "description": "Write a note.",
+    "format": {"type": "text"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -372,14 +382,14 @@ def test_responses_named_custom_tool_gives_custom_tool_call(gpt: openai.OpenAI, 
     r = gpt.responses.create(
         model=model,
         input="Add hello.txt",
-        tools=[*FUNCTION_TOOLS, APPLY_PATCH],
-        tool_choice={"type": "custom", "name": "apply_patch"},
+        tools=[*FUNCTION_TOOLS, WRITE_NOTE],
+        tool_choice={"type": "custom", "name": "write_note"},
         parallel_tool_calls=False,
         max_output_tokens=300,
     )
     assert r.status == "completed"
     [call] = _items(r, "custom_tool_call")
-    assert call.name == "apply_patch"
+    assert call.name == "write_note"
     assert call.id and call.id.startswith("ctc_")
     assert isinstance(call.input, str)
     assert not _items(r, "function_call")
@@ -415,8 +425,8 @@ def test_responses_custom_tool_input_deltas_carry_the_text(answer_server: EngySe
         client.responses.stream(
             model=model,
             input="Add hello.txt",
-            tools=[APPLY_PATCH],
-            tool_choice={"type": "custom", "name": "apply_patch"},
+            tools=[WRITE_NOTE],
+            tool_choice={"type": "custom", "name": "write_note"},
             parallel_tool_calls=False,
             max_output_tokens=300,
         ) as stream,
