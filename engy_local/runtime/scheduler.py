@@ -323,7 +323,8 @@ class Scheduler:
                 if guess:
                     guesses[r.slot.id] = guess
         followed = {r.slot.id: r.drafter.followed for r in generating if r.drafter is not None}
-        lengths = gate.lengths(len(generating), {s: len(g) for s, g in guesses.items()}, followed)
+        wants = {s: len(g) for s, g in guesses.items()}
+        lengths = gate.lengths(len(generating), wants, followed, self._cells())
         out = {}
         for seq, k in lengths.items():
             k = min(k, room)
@@ -331,6 +332,11 @@ class Scheduler:
                 out[seq] = guesses[seq][:k]
                 room -= k
         return out
+
+    def _cells(self) -> int:
+        """The KV cache's tokens, which every row of a step attends to (one
+        unified cache: the other sequences' cells are in the span, masked)."""
+        return sum(len(s.held) for s in self.slots)
 
     def _verify(self, r: Running, at: list[int]) -> list[int]:
         """Draws at the sequence's positions in turn while each draw is the
@@ -360,7 +366,8 @@ class Scheduler:
                 t0 = time.perf_counter()
                 if self.ctx.decode():
                     if self.gate is not None and not any(f.reading for f in fed):
-                        self.gate.observe(self.ctx.batch.n, time.perf_counter() - t0)
+                        seconds = time.perf_counter() - t0
+                        self.gate.observe(self.ctx.batch.n, seconds, self._cells())
                     return outputs, fed
             except EngyError as exc:
                 for f in fed:
