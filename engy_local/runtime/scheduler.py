@@ -334,8 +334,7 @@ class Scheduler:
         return out
 
     def _cells(self) -> int:
-        """The KV cache's tokens, which every row of a step attends to (one
-        unified cache: the other sequences' cells are in the span, masked)."""
+        """The cache's tokens: a row attends to all (others' too, masked)."""
         return sum(len(s.held) for s in self.slots)
 
     def _verify(self, r: Running, at: list[int]) -> list[int]:
@@ -366,8 +365,8 @@ class Scheduler:
                 t0 = time.perf_counter()
                 if self.ctx.decode():
                     if self.gate is not None and not any(f.reading for f in fed):
-                        seconds = time.perf_counter() - t0
-                        self.gate.observe(self.ctx.batch.n, seconds, self._cells())
+                        took = time.perf_counter() - t0
+                        self.gate.observe(self.ctx.batch.n, took, self._cells())
                     return outputs, fed
             except EngyError as exc:
                 for f in fed:
@@ -506,10 +505,7 @@ class Scheduler:
     # -- introspection --------------------------------------------------
 
     def describe(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [
-            {"index": s.id, "tokens": len(s.held), "busy": s.busy} for s in self.slots
-        ]
-        return out
+        return [{"index": s.id, "tokens": len(s.held), "busy": s.busy} for s in self.slots]
 
     def close(self) -> None:
         """Frees the context; with a disk tier, every conversation worth
