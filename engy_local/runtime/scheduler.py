@@ -324,7 +324,8 @@ class Scheduler:
                     guesses[r.slot.id] = guess
         followed = {r.slot.id: r.drafter.followed for r in generating if r.drafter is not None}
         wants = {s: len(g) for s, g in guesses.items()}
-        lengths = gate.lengths(len(generating), wants, followed, self._cells())
+        held = {r.slot.id: len(r.slot.held) for r in generating}
+        lengths = gate.lengths(len(generating), wants, followed, held)
         out = {}
         for seq, k in lengths.items():
             k = min(k, room)
@@ -332,10 +333,6 @@ class Scheduler:
                 out[seq] = guesses[seq][:k]
                 room -= k
         return out
-
-    def _cells(self) -> int:
-        """The cache's tokens: a row attends to all (others' too, masked)."""
-        return sum(len(s.held) for s in self.slots)
 
     def _verify(self, r: Running, at: list[int]) -> list[int]:
         """Draws at the sequence's positions in turn while each draw is the
@@ -365,8 +362,10 @@ class Scheduler:
                 t0 = time.perf_counter()
                 if self.ctx.decode():
                     if self.gate is not None and not any(f.reading for f in fed):
-                        took = time.perf_counter() - t0
-                        self.gate.observe(self.ctx.batch.n, took, self._cells())
+                        took, n = time.perf_counter() - t0, self.ctx.batch.n
+                        # Tokens a row attends to, on average: its sequence's.
+                        held = sum(len(f.tokens) * len(f.running.slot.held) for f in fed)
+                        self.gate.observe(n, took, held // max(1, n))
                     return outputs, fed
             except EngyError as exc:
                 for f in fed:

@@ -21,11 +21,11 @@ llama_decode step as every other sequence's token.
   while serving times its size again (`observe`: down at once, up by a
   little a step, so a burst of other work at start-up or later does not
   turn drafting off for good). Those timings are of a nearly empty KV
-  cache; each row of a step also attends to every cell the cache holds,
-  which at a few thousand tokens can cost more than the weights (on a
-  CPU with flash attention, Qwen2.5-Coder-0.5B at 3.2k tokens: a step of
-  17 rows 0.9 s against 0.12 s empty), so steps over a long cache time
-  that part alone, per row and cell (`per_cell`). A sequence drafts only
+  cache; each row of a step also attends to its sequence's tokens, which
+  at a few thousand can cost more than the weights (on a CPU with flash
+  attention, Qwen2.5-Coder-0.5B at 3.2k tokens: a step of 17 rows 0.9 s
+  against 0.12 s empty), so steps over long sequences time that part
+  alone, per row and token attended to (`per_cell`). A sequence drafts only
   as far as its expected accepted tokens are worth more than the extra
   rows cost beside what the step already holds. Where no draft, even one kept whole, could
   pay (`pays_at_all`), one sequence drafts one token every RETRY steps,
@@ -52,7 +52,7 @@ RETRY = 32  # steps a sequence that stopped drafting waits before it tries again
 DECAY = 0.8  # what a draft's outcome still counts one draft later
 RISE = 1.05  # the most a step size's cost goes up for one slower step observed
 RUN = 8  # output tokens that followed a drafter's source: evidence enough to draft on
-LONG = 1024  # KV cells from which a step's time is taken for its attention's
+LONG = 1024  # tokens a row attends to, from which a step is timed for its attention
 FOLLOW = 0.5  # how far one such step moves the estimate of that cost
 
 
@@ -202,8 +202,8 @@ class Gate:
     why: str = ""  # why drafting is off, when it is (for the log)
     waited: int = 0  # steps since a probe, while drafting does not pay at all
     fixed: bool = False  # costs given, not measured ("on": draft whatever it costs)
-    # Seconds one row of a step spends per KV cell it attends to (the
-    # costs above are of a nearly empty cache), from steps over a long one.
+    # Seconds one row of a step spends per token its sequence holds (the
+    # costs above are of a nearly empty cache), from steps over long ones.
     per_cell: float = 0.0
 
     def lengths(
@@ -211,20 +211,20 @@ class Gate:
         rows: int,
         wants: dict[int, int],
         followed: dict[int, int] | None = None,
-        cells: int = 0,
+        held: dict[int, int] | None = None,
     ) -> dict[int, int]:
         """Draft lengths for the sequences in `wants` (sequence -> tokens
         its drafter has, at most), in a step that holds `rows` tokens
-        already, over a KV cache of `cells` tokens. A sequence drafts k
-        tokens when what they are expected to save beats what they add to
-        the step. `followed` (sequence -> its
+        already; `held`: the tokens each sequence holds, which its rows
+        attend to. A sequence drafts k tokens when what they are expected
+        to save beats what they add to the step. `followed` (sequence -> its
         output tokens that went as its drafter's source said, drafted or
         not): a run of them is evidence that the next ones will too, so a
         copy is drafted at length however its sequence fared before (a run
         of n tokens goes on with a chance of about n / (n + 2))."""
         if not wants:
             return {}
-        followed = followed or {}
+        followed, held = followed or {}, held or {}
         if not self.pays_at_all():
             # A probe now and then: a one-token draft times a step of two.
             self.waited += 1
@@ -232,8 +232,7 @@ class Gate:
                 return {}
             self.waited = 0
             return {next(iter(wants)): 1}
-        attend = self.per_cell * cells  # what a row's attention costs now
-        per_token = self.costs.of(rows) / max(1, rows) + attend  # what one output costs now
+        per_row = self.costs.of(rows) / max(1, rows)  # the weights' share of a row now
         out: dict[int, int] = {}
         extra = 0
         for seq, available in wants.items():
@@ -245,6 +244,8 @@ class Gate:
                     continue
                 stat = self.stats[seq] = Acceptance(length=1)  # try again, as a newcomer
             rate, base = max(stat.rate, run / (run + 2)), self.costs.of(rows + extra)
+            attend = self.per_cell * held.get(seq, 0)  # what each of its rows attends to
+            per_token = per_row + attend  # what one output of this sequence costs
             length = max(stat.length, run if run >= RUN else 0)
             best, gain, expected = 0, 0.0, 0.0
             for k in range(1, min(length, available, self.cap) + 1):
@@ -264,10 +265,10 @@ class Gate:
         return out
 
     def observe(self, tokens: int, seconds: float, cells: int = 0) -> None:
-        """A generating step of `tokens` rows over a KV cache of `cells`
-        tokens took `seconds`. Over a long cache, what it took beyond the
-        weights' cost is its attention's (per_cell follows it); else that
-        size's cost follows it, down at once, up by at most RISE."""
+        """A generating step of `tokens` rows, each attending to `cells`
+        tokens on average, took `seconds`. Over long sequences, what it took
+        beyond the weights' cost is its attention's (per_cell follows it);
+        else that size's cost follows it, down at once, up by at most RISE."""
         if self.fixed:
             return
         weights = self.costs.of(tokens)

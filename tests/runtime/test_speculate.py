@@ -210,23 +210,23 @@ SO_SO = ((4, 2), (4, 3), (4, 2))
     (EDITED, True, 3200, 13),  # one miss in 45: shorter, now that a row costs ~34 ms more
     (SO_SO, False, 3200, 3),
     (SO_SO, True, 3200, 1),
-    (SO_SO, True, 800, 2),  # over a shorter cache a row costs less again
+    (SO_SO, True, 800, 2),  # over a shorter sequence a row costs less again
     (SO_SO, True, 100, 3),
 ])  # fmt: skip
 def test_the_gate_counts_what_a_row_attends_to(
     kept: tuple[tuple[int, int], ...], timed: bool, cells: int, drafts: int
 ) -> None:
-    """Each row of a step attends to every cell of the KV cache: over a
-    long one a drafted row costs far more than start-up's timings say, so
-    once steps over it are timed, drafts that may miss are cut short; the
-    cost goes by the cache's length, and the weights' part stays as timed."""
+    """Each row of a step attends to its sequence's tokens: over a long
+    sequence a drafted row costs far more than start-up's timings say, so
+    once steps over one are timed, drafts that may miss are cut short; the
+    cost goes by the sequence's length, and the weights' part stays as timed."""
     gate = Gate(QWEN_EMPTY, cap=16)
     for drafted, accepted in kept:
         gate.account(0, drafted, accepted)
     for rows, seconds in OVER_3200 if timed else ():
         gate.observe(rows, seconds, 3200)
     assert gate.costs == QWEN_EMPTY
-    assert gate.lengths(1, {0: 16}, cells=cells) == {0: drafts}
+    assert gate.lengths(1, {0: 16}, held={0: cells}) == {0: drafts}
 
 
 def test_bad_start_up_timings_do_not_stop_drafting(
