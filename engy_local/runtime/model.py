@@ -22,6 +22,7 @@ from . import llamalog
 from .cpu import use_repacking
 from .devices import cpu_buffer_type, offload_devices
 from .memory import GPU_MARGIN, auto_offload, check_flash, kv_type
+from .tokenizing import PrefixTokenizer
 from .vision import Projector
 
 # llama.cpp logs every load at length: into engy's log (llamalog), shown
@@ -72,6 +73,16 @@ def label_gpu(label: str) -> bool | None:
     return True if parts - {"CPU", "RPC"} else None
 
 
+# Tokens llama.cpp cuts a text at before tokenizing the pieces, and the
+# attributes that let one take the spaces beside it.
+_SPECIAL = (
+    llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+    | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+    | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+)
+_STRIPS = llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP | llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP
+
+
 class Tokens:
     """Tokenizing and detokenizing through a loaded vocabulary (`_vocab`),
     for the model and for a vocabulary loaded alone (vocab.py)."""
@@ -79,12 +90,34 @@ class Tokens:
     _vocab: llama_cpp.llama_vocab_p
     add_bos: bool
     bos_text: str
+    _prefixes: PrefixTokenizer | None = None
+
+    @property
+    def bos(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self._vocab)) if self.add_bos else -1
 
     def _token_text(self, token: int) -> str:
         return self.piece(token).decode("utf-8", "replace") if token >= 0 else ""
 
     def tokenize(self, text: str) -> list[int]:
-        return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
+        if self._prefixes is None:  # set up on first use, by whichever thread
+            self._prefixes = PrefixTokenizer(
+                self._tokenize_whole, self._cut_after, self.bos, self.bos_text
+            )
+        return self._prefixes.tokenize(text)
+
+    def _tokenize_whole(self, text: str, first: bool) -> list[int]:
+        if first:
+            return tokenize_text(self._vocab, text, self.add_bos, self.bos_text)
+        return tokenize_text(self._vocab, text, False, "")
+
+    def _cut_after(self, token: int) -> str | None:
+        """A special token's text, where llama.cpp cuts a text after it
+        without taking the spaces beside it (tokenizing.py)."""
+        attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, token))
+        if not attr & _SPECIAL or attr & _STRIPS:
+            return None
+        return self.piece(token).decode("utf-8", "replace")
 
     def piece(self, token: int) -> bytes:
         return token_piece(self._vocab, token)
