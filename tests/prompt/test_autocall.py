@@ -48,6 +48,27 @@ def test_compiles_for_every_family_with_real_clients_tools(family: str, request_
         re.compile(trigger)  # Python's regexes read these patterns as ECMAScript's do
 
 
+def test_a_grammar_made_before_is_the_same_tools_grammar_only() -> None:
+    """An agent's next turn with the same tools gets the grammar made for the
+    last (not compiled again); any change to a name, a parameter, the
+    family or `after` gets its own."""
+    first = lazy()
+    assert lazy() is first
+    assert lazy(tools=[ToolSpec(WEATHER.name, "other words", WEATHER.parameters), PLAY]) is first
+    city = {**WEATHER.parameters, "required": ["city", "days"]}
+    others = [
+        lazy(tools=[ToolSpec(WEATHER.name, "", city), PLAY]),
+        lazy(tools=[WEATHER]),
+        lazy(tools=[ToolSpec("get_weather2", "", WEATHER.parameters), PLAY]),
+        lazy(family="qwen3-coder"),
+        lazy(after="</think>"),
+    ]
+    assert all(g != first for g in others)
+    assert others[0] == started_call_grammar(
+        [ToolSpec(WEATHER.name, "", city), PLAY], get("hermes")
+    )
+
+
 def test_no_tools_no_grammar() -> None:
     assert started_call_grammar([], get("hermes")) is None
 
