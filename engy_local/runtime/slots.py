@@ -15,12 +15,13 @@ The rules, in the words a user would use:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How long a prefix `a` and `b` share (token lists, or texts)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n

@@ -25,15 +25,15 @@ llama_decode step as every other sequence's token.
   at a few thousand can cost more than the weights (on a CPU with flash
   attention, Qwen2.5-Coder-0.5B at 3.2k tokens: a step of 17 rows 0.9 s
   against 0.12 s empty), so steps over long sequences time that part
-  alone, per row and token attended to (`per_cell`). A sequence drafts only
-  as far as its expected accepted tokens are worth more than the extra
-  rows cost beside what the step already holds. Where no draft, even one kept whole, could
-  pay (`pays_at_all`), one sequence drafts one token every RETRY steps,
-  which times a step of two rows again. Acceptance is tracked per sequence:
-  drafts lengthen as they are accepted and shorten as they are not, and a
-  sequence whose drafts fail stops drafting, trying again now and then, or
-  at once when its output has gone as its drafter's source said for a run
-  of tokens (`Drafter.followed`: a copy under way).
+  alone, per row and token attended to (`per_cell`). A sequence drafts
+  only as far as its expected accepted tokens are worth more than the
+  extra rows cost beside what the step already holds. Where no draft, even
+  one kept whole, could pay (`pays_at_all`), one sequence drafts one token
+  every RETRY steps, which times a step of two rows again. Acceptance is
+  tracked per sequence: drafts lengthen as they are accepted and shorten
+  as they are not, and a sequence whose drafts fail stops drafting, trying
+  again now and then, or at once when its output has gone as its drafter's
+  source said for a run of tokens (`Drafter.followed`: a copy under way).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .slots import common_prefix
+
 log = logging.getLogger("engy")
 
 KEEP = 8  # prompts remembered, the latest used first
@@ -35,21 +37,6 @@ class _Read:
     tokens: list[int]
     # (character just after a special token, tokens up to it), in order
     cuts: list[tuple[int, int]]
-
-
-def common_length(a: str, b: str) -> int:
-    """The length of the longest common prefix of `a` and `b`."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 class PrefixTokenizer:
@@ -78,7 +65,7 @@ class PrefixTokenizer:
             reads = list(self._reads)
         best, cut = None, (0, 0)
         for read in reads if self._checked is not False else ():
-            n = common_length(read.text, text)
+            n = common_prefix(read.text, text)
             near = max((c for c in read.cuts if c[0] <= n), default=(0, 0))
             if near[0] > cut[0]:
                 best, cut = read, near

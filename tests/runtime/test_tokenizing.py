@@ -13,7 +13,8 @@ from support.grammar import FIXTURES
 
 from engy_local.prompt.template import ChatTemplate
 from engy_local.runtime.model import tokenize_text
-from engy_local.runtime.tokenizing import MIN_REUSE, PrefixTokenizer, common_length
+from engy_local.runtime.slots import common_prefix
+from engy_local.runtime.tokenizing import MIN_REUSE, PrefixTokenizer
 from engy_local.runtime.vocab import Vocabulary
 
 TEMPLATES = FIXTURES / "chat-templates"
@@ -87,7 +88,7 @@ def test_each_turn_reads_as_the_whole_text_would(
     assert shares[2] < 0.1 and shares[5] < 0.1  # a turn read again, one with more
     assert shares[3] < 0.1  # an edit after the system prompt
     assert shares[4] == pytest.approx(1.0, abs=0.01)  # another conversation: whole
-    assert common_length(texts[1], texts[5]) >= MIN_REUSE
+    assert common_prefix(texts[1], texts[5]) >= MIN_REUSE
 
 
 def test_a_vocabulary_a_cut_reads_otherwise_is_read_whole_from_then_on() -> None:
