@@ -6,8 +6,8 @@ special token came just before, which a cut just after one keeps). So the
 tokens of a text are those of its part up to the end of a special token,
 then those of the rest read alone, without a BOS. An agent's next turn is
 its last prompt and more: reading a 12k-token prompt again costs llama.cpp
-18 ms (Qwen2.5's vocabulary) to 38 ms (Gemma 3's) on a 2-core VM, and five
-times that at 60k; the rest is the turn's new messages.
+18 ms (Qwen2.5's vocabulary) to 38 ms (Gemma 3's) on a 2-core VM, more as
+the conversation grows; the rest is the turn's new messages.
 
 Special tokens that take the spaces beside them (lstrip, rstrip) are not
 cut after. The first reading from a cut, per vocabulary, is checked against
