@@ -55,7 +55,8 @@ class PrefixTokenizer:
         self._whole = whole
         self._cut_after = cut_after
         self._bos, self._bos_text = bos, bos_text
-        self._specials: dict[int, str | None] = {}  # cut_after's answers, by token
+        self._asked: set[int] = set()  # tokens cut_after was asked about
+        self._specials: dict[int, str] = {}  # those it said a cut may follow, and their text
         self._reads: list[_Read] = []
         self._lock = threading.Lock()
         self._checked: bool | None = None  # None: no reading from a cut checked yet
@@ -70,10 +71,7 @@ class PrefixTokenizer:
             if near[0] > cut[0]:
                 best, cut = read, near
         if best is None or cut[0] < MIN_REUSE:
-            tokens = self._whole(text, True)
-            if len(text) >= MIN_REUSE:  # a marker's or a title's tokens are not kept
-                self._remember(_Read(text, tokens, self._cuts(text, tokens, 0, 0, first=True)))
-            return tokens
+            return self._read_whole(text)
         at, count = cut
         rest = self._whole(text[at:], False)
         tokens = best.tokens[:count] + rest
@@ -81,11 +79,15 @@ class PrefixTokenizer:
             self._checked = tokens == self._whole(text, True)
             if not self._checked:
                 log.warning("this vocabulary reads a prompt whole (a cut read it otherwise)")
-                tokens = self._whole(text, True)
-                self._remember(_Read(text, tokens, self._cuts(text, tokens, 0, 0, first=True)))
-                return tokens
+                return self._read_whole(text)
         head = [c for c in best.cuts if c <= cut]
         self._remember(_Read(text, tokens, head + self._cuts(text, tokens, count, at)))
+        return tokens
+
+    def _read_whole(self, text: str) -> list[int]:
+        tokens = self._whole(text, True)
+        if len(text) >= MIN_REUSE:  # a marker's or a title's tokens are not kept
+            self._remember(_Read(text, tokens, self._cuts(text, tokens, 0, 0, first=True)))
         return tokens
 
     def _cuts(
@@ -104,9 +106,11 @@ class PrefixTokenizer:
         rest = np.asarray(tokens[start:], dtype=np.int64)
         with self._lock:
             for t in np.unique(rest).tolist():
-                if t not in self._specials:
-                    self._specials[t] = self._cut_after(t)
-            specials = {t: s for t, s in self._specials.items() if s is not None}
+                if t not in self._asked:
+                    self._asked.add(t)
+                    if (special := self._cut_after(t)) is not None:
+                        self._specials[t] = special
+            specials = dict(self._specials)
         at = np.flatnonzero(np.isin(rest, np.fromiter(specials, np.int64, len(specials))))
         for i in (start + at).tolist():
             special = specials[tokens[i]]
