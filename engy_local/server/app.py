@@ -43,6 +43,8 @@ from ..protocols.images import ImageLimits
 from ..protocols.sessions import Api
 from .activity import Activity
 from .guard import AccessMiddleware, AccessPolicy, key_matches
+from .hiding import HEADER as HIDE_HEADER
+from .hiding import hide
 from .manage import StoreHooks
 from .metrics import CountRequests, Metrics, Tracked
 from .page import Page
@@ -252,6 +254,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
         if settings.temperature is not None and chat.sampling.temperature is None:
             sampling = replace(chat.sampling, temperature=settings.temperature)
             chat = replace(chat, sampling=sampling)
+        chat = hide(chat, request.headers.get(HIDE_HEADER))
         entry = activity.begin(api, request.url.path, request.headers, body, chat)
         try:
             generation = await backend.submit(chat)
@@ -296,8 +299,9 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
     async def count_tokens(request: Request) -> Response:
         body = await _read_json(request, settings.max_body_bytes)
         parsed = anthropic.parse_request(body, counting=True, images=settings.images)
+        chat = hide(parsed.chat, request.headers.get(HIDE_HEADER))
         loop = asyncio.get_running_loop()
-        n = await loop.run_in_executor(None, backend.count_tokens, parsed.chat)
+        n = await loop.run_in_executor(None, backend.count_tokens, chat)
         return JSONResponse({"input_tokens": n})
 
     async def create_response(request: Request) -> Response:
@@ -344,8 +348,9 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
 
     async def count_response_tokens(request: Request) -> Response:
         parsed = responses.parse_request(await _read_json(request, settings.max_body_bytes))
+        chat = hide(parsed.chat, request.headers.get(HIDE_HEADER))
         loop = asyncio.get_running_loop()
-        n = await loop.run_in_executor(None, backend.count_tokens, parsed.chat)
+        n = await loop.run_in_executor(None, backend.count_tokens, chat)
         return JSONResponse({"object": "response.input_tokens", "input_tokens": n})
 
     async def list_models(request: Request) -> Response:

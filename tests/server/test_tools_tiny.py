@@ -513,6 +513,70 @@ def test_responses_tool_choice_required_calls_a_tool(gpt: openai.OpenAI, model: 
     assert r.tool_choice == "required"
 
 
+def test_tools_a_launcher_hides_are_not_shown_to_the_model(
+    gpt: openai.OpenAI, claude: anthropic.Anthropic, model: str
+) -> None:
+    """The x-engy-hide header (engy launch sends it with Codex's lean
+    profile): the model is not shown read_file or search's optional
+    `paths`, so every call under `required` is search without paths, and
+    the prompt is shorter by what was left out, in both APIs' counts."""
+    hidden = {"x-engy-hide": "read_file, search.paths"}
+    kwargs: Any = {
+        "model": model,
+        "input": "Find TODOs.",
+        "tools": FUNCTION_TOOLS,
+        "tool_choice": "required",
+    }
+    r = gpt.responses.create(**kwargs, max_output_tokens=300, extra_headers=hidden)
+    calls = _items(r, "function_call")
+    assert calls and {c.name for c in calls} == {"search"}, r.output
+    for call in calls:
+        arguments = json.loads(call.arguments)
+        assert "paths" not in arguments
+        jsonschema.validate(arguments, SEARCH_SCHEMA)
+    counts = [
+        http.post(tiny_server_url(gpt) + "/v1/responses/input_tokens", json=kwargs, headers=h)
+        for h in ({}, hidden)
+    ]
+    assert [c.status_code for c in counts] == [200, 200], counts
+    whole, shown = (c.json()["input_tokens"] for c in counts)
+    assert shown < whole - 40, (whole, shown)
+    assert r.usage is not None and r.usage.input_tokens == shown
+    messages: Any = {"model": model, "messages": HELLO, "tools": ANTHROPIC_TOOLS}
+    counted = [
+        claude.messages.count_tokens(**messages, extra_headers=h).input_tokens for h in ({}, hidden)
+    ]
+    assert counted[1] < counted[0] - 40, counted
+
+
+def test_a_malformed_hide_header_is_refused_in_the_api_s_format(
+    gpt: openai.OpenAI, claude: anthropic.Anthropic, model: str
+) -> None:
+    with pytest.raises(openai.BadRequestError, match="x-engy-hide") as caught:
+        gpt.responses.create(
+            model=model,
+            input="Find TODOs.",
+            tools=FUNCTION_TOOLS,
+            max_output_tokens=4,
+            extra_headers={"x-engy-hide": "read file"},
+        )
+    assert caught.value.body["param"] == "x-engy-hide"  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError, match="x-engy-hide"):
+        claude.messages.create(
+            model=model,
+            max_tokens=4,
+            messages=HELLO,
+            extra_headers={"x-engy-hide": "read_file.a.b"},
+        )
+    # And the server goes on serving.
+    ok = gpt.responses.create(model=model, input="Hi", max_output_tokens=4)
+    assert ok.status in ("completed", "incomplete")
+
+
+def tiny_server_url(client: openai.OpenAI) -> str:
+    return str(client.base_url).rstrip("/").removesuffix("/v1")
+
+
 @pytest.mark.parametrize("choice", ["auto", "required"])
 def test_responses_no_parallel_calls_gives_at_most_one(
     gpt: openai.OpenAI, model: str, choice: str
