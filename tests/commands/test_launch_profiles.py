@@ -166,10 +166,16 @@ def test_codex_overrides(lean: bool) -> None:
     # What both profiles share: the provider, the model, its window.
     assert c["model_provider"] == '"engy"' and c["model"] == json.dumps(MODEL.id)
     assert c["model_catalog_json"] == '"/c.json"'
+    hide = "model_providers.engy.http_headers.x-engy-hide"
     if lean:
         assert {k: c[k] for k in LEAN_C} == LEAN_C
+        # Sent with each request: the model is not shown write_stdin nor
+        # exec_command's fields but its command and folder.
+        hidden = json.loads(c[hide]).split(",")
+        assert {"write_stdin", "request_user_input", "exec_command.justification"} <= set(hidden)
+        assert not {"exec_command", "exec_command.cmd", "exec_command.workdir"} & set(hidden)
     else:
-        assert not set(LEAN_C) & set(c)
+        assert not set(LEAN_C) & set(c) and hide not in c
 
 
 def test_codex_lean_keeps_view_image_for_a_model_with_vision() -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...backend import ModelStatus
+from ...server.hiding import HEADER as HIDE_HEADER
 from .claude import PLACEHOLDER_KEY, output_cap
 
 PROVIDER = "engy"
@@ -60,6 +61,31 @@ LEAN_SETTINGS: dict[str, str | int | bool] = {
     "web_search": "disabled",
     "skills.bundled.enabled": False,
 }
+# What a lean profile's model is not shown (server/hiding.py, through the
+# header Codex sends with each request): write_stdin, which no Codex setting
+# takes from beside exec_command and which small models call on sessions
+# that never existed, and exec_command's optional fields but its folder
+# (they filled `justification` and `sandbox_permissions`, and Codex refused
+# the call). One call runs one command. And request_user_input, which Codex
+# refuses outside Plan mode ("unavailable in Default mode") and which the
+# 1.5B called to ask which file held the bug it had been named.
+LEAN_HIDDEN = (
+    "write_stdin",
+    "request_user_input",
+    *(
+        f"exec_command.{name}"
+        for name in (
+            "justification",
+            "prefix_rule",
+            "sandbox_permissions",
+            "login",
+            "shell",
+            "tty",
+            "yield_time_ms",
+            "max_output_tokens",
+        )
+    ),
+)
 
 
 # Sections of the shipped instructions a lean profile leaves out, by heading
@@ -219,6 +245,7 @@ def codex_overrides(
     if lean:
         settings.update({f"features.{f}": False for f in LEAN_FEATURES_OFF})
         settings.update(LEAN_SETTINGS)
+        settings[f"model_providers.{PROVIDER}.http_headers.{HIDE_HEADER}"] = ",".join(LEAN_HIDDEN)
         if not model.images:  # view_image is of no use to a model without vision
             settings["features.view_image"] = False
     out: list[str] = []
