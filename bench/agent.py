@@ -176,17 +176,30 @@ def base_env(home: Path, engy_home: Path) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH")  # this tree's engy_local
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PATH"] = f"{NPM_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
     python3 = shutil.which("python3")
-    if shutil.which("python", path=env["PATH"]) is None and python3:
+    if python3 and not _login_shell_has_python(env):
         # Models run `python x.py` as on most machines; a VM with only
         # python3 would fail the fix and steps tasks for want of the name.
+        # Codex runs commands in a login shell, which sets PATH anew from
+        # /etc/profile and then reads this home's .profile.
         shim = home / "bin"
         shim.mkdir(exist_ok=True)
         if not (shim / "python").exists():
             (shim / "python").symlink_to(python3)
         env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
-    env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
+        (home / ".profile").write_text(f'PATH="{shim}:$PATH"\n')
     return env
+
+
+def _login_shell_has_python(env: dict[str, str]) -> bool:
+    try:
+        r = subprocess.run(
+            ["bash", "-lc", "command -v python"], env=env, capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # no bash to ask: leave PATH as it is
+    return r.returncode == 0
 
 
 def client_args(client: str, ask: str, max_turns: str) -> list[str]:
