@@ -32,7 +32,7 @@ from .prefixes import MIN_SAVE, Prefixes, points
 from .running import Fed, Running
 from .sampling import Sampler
 from .slots import Slot, choose, common_prefix
-from .speculate import SIZES, Costs, Drafter, Gate, measure
+from .speculate import SIZES, Costs, Drafter, Gate, Recent, measure
 
 log = logging.getLogger("engy.requests")
 
@@ -58,10 +58,10 @@ class Scheduler:
         self.cache = self.prefixes.cache
         self.running: list[Running] = []
         self._clock = itertools.count(1)
-        # A waiting job with these prompt tokens, taken from the queue (the
-        # worker's): it inherits a read its first sender gave up on.
+        # A waiting job with these tokens, taken from the queue: it inherits a read its sender left.
         self.heir: Callable[[list[int]], Job | None] = lambda tokens: None
         self.gate: Gate | None = None
+        self.recent = Recent()  # answers drafted from across requests
         # What a tier or drafting cannot do for this model (engy ps, the page).
         self.limits: list[str] = self.prefixes.limits()
 
@@ -176,7 +176,7 @@ class Scheduler:
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens, job.params.ends)
         answer = AnswerAssembler(job.parser, job.single_call)
-        drafter = Drafter(prompt) if self.gate is not None else None
+        drafter = Drafter(prompt, self.recent.blob) if self.gate is not None else None
         running = Running(job, slot, sampler, text, answer, reuse, media, miss=miss)
         running.points = points(self.model, len(prompt), reuse, job.marks, job.answer_start)
         running.drafter = drafter
@@ -452,6 +452,7 @@ class Scheduler:
         for event in r.answer.finish(end, *usage, drafted=r.drafted, accepted=r.accepted):
             r.job.emit(event)
         self._log(r, r.answer.stop_reason or end)
+        self.recent.add(r.drafter)
         self._release(r)
 
     def _log(self, r: Running, stop: str) -> None:

@@ -16,6 +16,11 @@ llama_decode step as every other sequence's token.
   the same tokens; sampled: the same distribution, the same draws), up to
   rounding: a step of several rows adds in another order than a step of
   one, which can turn a near tie the other way.
+- Recent answers (`Recent`): the model's last few answers are searched
+  too, before the sequence's own tokens, so a request asked again (a
+  retry, another session's same first turn, the same edit in another
+  file) drafts its answer from the last one, as llama.cpp's ngram-mod
+  drafts from a table it keeps across requests.
 - Paying for itself (`Gate`): at load the model's step times are measured
   for batches of 1 to 64 tokens (`measure`), and every generating step
   while serving times its size again (`observe`: down at once, up by a
@@ -54,6 +59,30 @@ RISE = 1.05  # the most a step size's cost goes up for one slower step observed
 RUN = 8  # output tokens that followed a drafter's source: evidence enough to draft on
 LONG = 1024  # tokens a row attends to, from which a step is timed for its attention
 FOLLOW = 0.5  # how far one such step moves the estimate of that cost
+RECENT = 8  # answers kept for drafts across requests
+RECENT_TOKENS = 4096  # the most of one answer kept (its end)
+LEAD = 16  # prompt tokens kept before an answer: what a repeat agrees with
+# Between two token runs that do not follow each other: no token's bytes
+# (a token id is under 2**31), so no suffix, and no agreement, spans it.
+_APART = np.asarray([-1], dtype="<i4").tobytes()
+
+
+class Recent:
+    """The model's last RECENT answers (RECENT_TOKENS of each at most, after
+    their prompt's last LEAD tokens), as one run of bytes that drafters
+    search before their own tokens."""
+
+    def __init__(self) -> None:
+        self._answers: list[bytes] = []
+        self.blob = b""
+
+    def add(self, drafter: Drafter | None) -> None:
+        """The answer a finished request's drafter saw (None: it had none)."""
+        answer = drafter.output() if drafter is not None else b""
+        if not answer:
+            return
+        self._answers = [*self._answers, answer[-4 * (LEAD + RECENT_TOKENS) :]][-RECENT:]
+        self.blob = b"".join(a + _APART for a in self._answers)
 
 
 class Drafter:
@@ -70,8 +99,13 @@ class Drafter:
     again.
     """
 
-    def __init__(self, tokens: list[int]) -> None:
-        self._bytes = bytearray(np.asarray(tokens, dtype="<i4").tobytes())
+    def __init__(self, tokens: list[int], recent: bytes = b"") -> None:
+        """`recent`: other token runs to draft from (Recent.blob), each
+        ending in _APART; searched as if they came before `tokens`."""
+        self._bytes = bytearray(recent) + np.asarray(tokens, dtype="<i4").tobytes()
+        # Where what Recent keeps of it begins: the prompt's end, then the output.
+        self._start = len(self._bytes) - 4 * min(LEAD, len(tokens))
+        self._prompt_end = len(self._bytes)
         self._source = -1  # byte offset of the token expected next; -1: none
         # Output tokens that went as the source said since it was found,
         # drafted or not: what drafts would have kept (the gate's evidence
@@ -86,16 +120,24 @@ class Drafter:
             self.followed = self.followed + len(tokens) if followed else 0
         self._bytes += new
 
+    def output(self) -> bytes:
+        """The tokens pushed since the start, after the prompt's last LEAD,
+        as bytes (for Recent); b"" when none were pushed."""
+        if len(self._bytes) == self._prompt_end:
+            return b""
+        return bytes(self._bytes[self._start :])
+
     def draft(self, k: int) -> list[int]:
         """Up to `k` tokens from the source; [] when nothing repeats."""
         data = self._bytes
-        if not 0 <= self._source < len(data):
+        if not 0 <= self._source < len(data) or data[self._source : self._source + 4] == _APART:
             self._source = self._find()
             self.followed = 0
         if self._source < 0:
             return []
-        piece = data[self._source : self._source + 4 * k]
-        return [int(t) for t in np.frombuffer(bytes(piece), dtype="<i4")]
+        piece = np.frombuffer(bytes(data[self._source : self._source + 4 * k]), dtype="<i4")
+        ends = np.flatnonzero(piece < 0)  # a recent answer's end: the draft stops there
+        return [int(t) for t in piece[: ends[0] if len(ends) else len(piece)]]
 
     def _find(self) -> int:
         """Where the tokens after the best earlier occurrence of the longest

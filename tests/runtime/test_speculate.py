@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.flows import logit_margin
 
@@ -33,7 +34,17 @@ from engy_local.runtime.job import Job
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import LoadOptions
 from engy_local.runtime.pool import ModelPool
-from engy_local.runtime.speculate import RETRY, RUN, SIZES, Costs, Drafter, Gate
+from engy_local.runtime.speculate import (
+    LEAD,
+    RECENT,
+    RETRY,
+    RUN,
+    SIZES,
+    Costs,
+    Drafter,
+    Gate,
+    Recent,
+)
 
 FILE = "\n".join(
     f"The keeper climbed the {w} stairs at dusk and lit lamp number {i}."
@@ -80,6 +91,42 @@ def test_a_drafter_counts_the_output_that_went_as_its_source_said() -> None:
     assert d.followed == 3
     d.push([0])  # the output leaves its source
     assert d.followed == 0 and d.draft(2) == []
+
+
+def answered(recent: Recent, prompt: list[int], answer: list[int]) -> None:
+    """A request that was answered: its drafter saw `answer` after `prompt`."""
+    d = Drafter(prompt, recent.blob)
+    d.push(answer)
+    recent.add(d)
+
+
+def test_a_request_asked_again_drafts_the_last_answer_from_its_first_token() -> None:
+    recent = Recent()
+    prompt = list(range(100, 140))
+    answered(recent, prompt, [7, 8, 9, 10])
+    answered(recent, [1, 2, 3], [4, 5, 6])  # another request since
+    again = Drafter(prompt, recent.blob)
+    assert again.draft(8) == [7, 8, 9, 10]  # up to that answer's end, not into the next
+    # Kept of it: the prompt's last LEAD tokens and the answer.
+    again.push([7, 8, 9, 10])
+    assert again.output() == np.asarray([*prompt[-LEAD:], 7, 8, 9, 10], dtype="<i4").tobytes()
+    # A request never seen drafts nothing from them, and its own tokens still count.
+    assert Drafter([50, 51, 52], recent.blob).draft(4) == []
+    assert Drafter([50, 51, 52, 53, 50, 51], recent.blob).draft(2) == [52, 53]
+    # What follows the prompt's end in the same conversation wins over a
+    # recent answer only where it agrees further back.
+    assert Drafter([0, *prompt], recent.blob).draft(2) == [7, 8]
+
+
+def test_recent_keeps_the_last_answers_that_said_something() -> None:
+    recent = Recent()
+    for i in range(RECENT + 2):
+        answered(recent, [1000 + i, 1100 + i], [2000 + i, 3000 + i])
+    answered(recent, [5, 6, 7], [])  # an answer with no tokens (cancelled at once)
+    assert Drafter([1000, 1100], recent.blob).draft(2) == []  # the oldest two are gone
+    assert Drafter([1001, 1101], recent.blob).draft(2) == []
+    assert Drafter([1002, 1102], recent.blob).draft(2) == [2002, 3002]
+    assert Recent().blob == b"" and Drafter([1, 2, 1, 2], b"").draft(1) == [1]
 
 
 def costs(per_token: float, fixed: float) -> Costs:
@@ -244,6 +291,21 @@ def test_bad_start_up_timings_do_not_stop_drafting(
         pool.close()
     assert "speculative decoding waits" in caplog.text
     assert out[1].usage.accepted_tokens > 20, out[1].usage
+
+
+def test_a_request_asked_again_drafts_its_last_answer(tiny_qwen3: Path) -> None:
+    """The same request twice on one server (a retry, a bench's next
+    round): the second drafts the first's answer and keeps it, with the
+    same text."""
+    pool = pool_of(tiny_qwen3, "on")
+    try:
+        first, second = (answers(pool, [chat(FREE, max_tokens=64)])[0] for _ in range(2))
+    finally:
+        pool.close()
+    assert second[0] == first[0]
+    made, kept = second[1].usage.output_tokens, second[1].usage.accepted_tokens
+    print(f"first kept {first[1].usage.accepted_tokens}, second {kept} of {made}")
+    assert kept >= 0.8 * made > 0 and kept > first[1].usage.accepted_tokens
 
 
 # ---- on real models ------------------------------------------------------------------
