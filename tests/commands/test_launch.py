@@ -598,9 +598,9 @@ def test_lean_first_prompt_is_a_fraction_of_full(
     """The same ask with `--tools lean` and `--tools full`, through the real
     client: the first prompt's tokens as the server counted them (the tiny
     model has Qwen2's tokenizer): each client's lean prompt is at most half
-    of its full one (Claude Code 2068 of 11562 tokens; Codex 2825 of 10011,
-    the shipped instructions' sections on the work kept, codex.py says
-    which). No flag on
+    of its full one (Claude Code 2068 of 11562 tokens; Codex 1875 of 10011,
+    the shipped instructions' sections on the work kept and the tools lean
+    does not show left out, codex.py says which). No flag on
     this tiny model is lean for Claude Code and the defaults for Codex
     (profile.py says why)."""
     launch = Launch(tmp_path)
