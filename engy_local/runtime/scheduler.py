@@ -176,10 +176,10 @@ class Scheduler:
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens, job.params.ends)
         answer = AnswerAssembler(job.parser, job.single_call)
-        drafter = Drafter(prompt, self.recent.blob) if self.gate is not None else None
+        recent = self.recent.blob if job.params.seed is None else b""  # see Recent
         running = Running(job, slot, sampler, text, answer, reuse, media, miss=miss)
         running.points = points(self.model, len(prompt), reuse, job.marks, job.answer_start)
-        running.drafter = drafter
+        running.drafter = Drafter(prompt, recent) if self.gate is not None else None
         if self.gate is not None:
             self.gate.forget(slot.id)
         self.running.append(running)

@@ -70,7 +70,10 @@ _APART = np.asarray([-1], dtype="<i4").tobytes()
 class Recent:
     """The model's last RECENT answers (RECENT_TOKENS of each at most, after
     their prompt's last LEAD tokens), as one run of bytes that drafters
-    search before their own tokens."""
+    search before their own tokens. Not for a request with a seed: sent
+    again, it should take the steps it took before, since a wide step
+    rounds otherwise than a narrow one and can move a sampled draw (the
+    same seed, another answer)."""
 
     def __init__(self) -> None:
         self._answers: list[bytes] = []

@@ -308,6 +308,19 @@ def test_a_request_asked_again_drafts_its_last_answer(tiny_qwen3: Path) -> None:
     assert kept >= 0.8 * made > 0 and kept > first[1].usage.accepted_tokens
 
 
+def test_a_seeded_request_asked_again_takes_the_same_steps(tiny_qwen3: Path) -> None:
+    """With a seed the answer is to be the same when asked again: it drafts
+    from its own tokens only, as the first time, not from that answer."""
+    seeded = replace(chat(FREE), sampling=Sampling(max_tokens=64, temperature=1.0, seed=7))
+    pool = pool_of(tiny_qwen3, "on")
+    try:
+        first, second = (answers(pool, [seeded])[0] for _ in range(2))
+    finally:
+        pool.close()
+    assert second[0] == first[0]
+    assert second[1].usage.drafted_tokens == first[1].usage.drafted_tokens
+
+
 # ---- on real models ------------------------------------------------------------------
 
 
