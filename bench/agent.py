@@ -178,7 +178,8 @@ def base_env(home: Path, engy_home: Path) -> dict[str, str]:
     env["PATH"] = f"{NPM_BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
     python3 = shutil.which("python3")
-    if python3 and not _login_shell_has_python(env):
+    has_python = shutil.which("python", path=env["PATH"]) and _login_shell_has_python(env)
+    if python3 and not has_python:
         # Models run `python x.py` as on most machines; a VM with only
         # python3 would fail the fix and steps tasks for want of the name.
         # Codex runs commands in a login shell, which sets PATH anew from
