@@ -4,6 +4,7 @@ async stream of one job's events (the pool in pool.py hands these out)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -69,7 +70,10 @@ class LocalGeneration:
     def _send(self, now: float) -> None:
         items, self._held = merged(self._held), []
         self._woke = now
-        self._loop.call_soon_threadsafe(self._put, items)
+        # A loop closed under a running job (the server stopped mid-answer):
+        # no one is left to read what it says.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._put, items)
 
     def _put(self, items: list[_Item]) -> None:
         for item in items:

@@ -111,3 +111,30 @@ def test_a_delta_after_the_interval_wakes(monkeypatch: pytest.MonkeyPatch) -> No
         assert await queued(g) == [TextDelta("bc")]
 
     asyncio.run(main())
+
+
+def test_a_job_that_outlives_its_event_loop_ends_quietly() -> None:
+    """The server stopped mid-answer (its loop closed): the worker thread's
+    last events, the error that ends the job among them, go nowhere and
+    raise nothing in that thread."""
+    loop = asyncio.new_event_loop()
+
+    async def make() -> LocalGeneration:
+        return LocalGeneration(prompt_tokens=3, timeout=None, heartbeat=5.0)
+
+    generation = loop.run_until_complete(make())
+    loop.close()
+    failed: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            generation.emit(TextDelta("late"))
+            generation.emit(ServerError("the model was unloaded"))
+            generation.emit(None)
+        except BaseException as exc:  # what the thread would die of
+            failed.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert failed == []
