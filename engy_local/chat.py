@@ -163,6 +163,10 @@ class ChatRequest:
     # tools under auto the answer is calls or that JSON, a forced call wins);
     # None: free text. prompt/answerformat.py.
     json_output: JsonOutput | None = None
+    # > 0: a run of at least this many tokens that a cached prompt held
+    # after where this one leaves it may be read from the cache at its new
+    # place (runtime/shift.py), trading exactness for a shorter read.
+    cache_reuse: int = 0
 
 
 # ---- the event stream -----------------------------------------------------

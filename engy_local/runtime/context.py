@@ -84,7 +84,14 @@ class Context:
         least one a sequence)."""
         self.model = model
         self.n_seq = model.parallel
-        self.outputs = max(self.n_seq, min(BATCH, outputs))  # a step has BATCH tokens at most
+        # A plain attention cache can move a run of cells to other positions
+        # (shift.py): each sequence then has a scratch one to keep it in.
+        # (A sliding window's cache grows with n_seq_max; a recurrent state
+        # has one cell a sequence.)
+        shifts = model.n_swa <= 0 and not model.recurrent and model.projector is None
+        n_seq_max = self.n_seq * (2 if shifts else 1)
+        # A step has BATCH tokens at most; llama.cpp wants a row a sequence.
+        self.outputs = max(n_seq_max, min(BATCH, outputs))
         p = llama_cpp.llama_context_default_params()
         p.n_rs_seq = rollback if model.recurrent else 0
         # Every sequence may hold a whole window at once.
@@ -92,7 +99,7 @@ class Context:
         self.n_batch = BATCH
         p.n_batch = BATCH
         p.n_ubatch = BATCH
-        p.n_seq_max = self.n_seq
+        p.n_seq_max = n_seq_max
         # llama.cpp keeps room for this many rows of logits in its compute
         # buffer (n_vocab floats each: 300 MiB for a whole batch of a 152k
         # vocabulary), on the GPU when the output layer is there. A step
@@ -131,6 +138,7 @@ class Context:
         self.batch = Batch(BATCH)
         # 0 where the architecture has no such snapshots (llama.cpp says).
         self.rollback = int(llama_cpp.llama_n_rs_seq(ctx))
+        self.shifts = shifts and bool(llama_cpp.llama_memory_can_shift(self.memory))
 
     # -- decoding -------------------------------------------------------
 
@@ -227,6 +235,32 @@ class Context:
             return True
         self.clear(seq)
         return False
+
+    def stash(self, src: int, p0: int, p1: int, owner: int) -> bool:
+        """Keeps positions [p0, p1) of `src` aside in `owner`'s scratch
+        sequence, in cells of their own: moving them later must not move
+        `src`'s (seq_cp shares cells; a state read back gets new ones)."""
+        scratch = self.n_seq + owner
+        self.clear(scratch)
+        llama_cpp.llama_memory_seq_cp(self.memory, src, scratch, p0, p1)
+        state = self.save(scratch)
+        self.clear(scratch)
+        if not self._read(scratch, state, 0) or self.held(scratch) != p1:
+            self.clear(scratch)
+            return False
+        return True
+
+    def unstash(self, seq: int, delta: int) -> None:
+        """Moves what `seq`'s scratch sequence holds by `delta` positions
+        and into `seq` (llama.cpp rotates the keys at the next decode)."""
+        scratch = self.n_seq + seq
+        llama_cpp.llama_memory_seq_add(self.memory, scratch, -1, -1, delta)
+        llama_cpp.llama_memory_seq_cp(self.memory, scratch, seq, -1, -1)
+        self.clear(scratch)
+
+    def drop_stash(self, owner: int) -> None:
+        if self.shifts:
+            self.clear(self.n_seq + owner)
 
     def held(self, seq: int) -> int:
         """Positions the KV cache holds for `seq` (0 when empty)."""

@@ -32,4 +32,7 @@ class Job:
     where: Callable[[int], str] = lambda index: ""  # token index -> the request's part
     scaffold: tuple[int, ...] = ()  # a forced call's fixed start, taken without sampling
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # > 0: a later run of at least this many cached tokens may be read at
+    # its new position (shift.py; the request's x-engy-cache-reuse).
+    cache_reuse: int = 0
     joined: bool = False  # it waited for another request reading the same prompt

@@ -159,6 +159,7 @@ class ModelPool:
             answer_start=prepared.answer_start,
             where=prepared.where,
             scaffold=prepared.scaffold,
+            cache_reuse=request.cache_reuse,
         )
         generation.job = job
         with self._lock:

@@ -16,6 +16,7 @@ from .cache import PromptCache
 from .context import Context
 from .diskcache import DiskTier, Hit
 from .model import Model
+from .shift import Shift, find
 from .slots import Checkpoint, Option, Slot, resumable
 
 log = logging.getLogger("engy.requests")
@@ -71,6 +72,9 @@ class Prefixes:
         self.disk = disk
         # What the RAM cache lets go is written to disk (when there is one).
         self.cache = PromptCache(model.cache_ram, on_drop=self.to_disk)
+        # Set by `reuse`: a later run of the prompt kept aside (shift.py).
+        self.shift: Shift | None = None
+        self._wanted: tuple[list[int], int, int] | None = None  # (prompt, least, slot)
 
     def limits(self) -> list[str]:
         """What no tier can do for this model, in a few words (logged: the
@@ -82,11 +86,20 @@ class Prefixes:
         return []
 
     def reuse(
-        self, slot: Slot, options: tuple[Option, ...], prompt: list[int], hit: Hit | None
+        self,
+        slot: Slot,
+        options: tuple[Option, ...],
+        prompt: list[int],
+        hit: Hit | None,
+        least: int = 0,
     ) -> int:
         """Carries out the first option that works, best first; returns the
-        prompt tokens now in `slot`."""
+        prompt tokens now in `slot`. `least` > 0: a run of at least that
+        many tokens further on that the source held after the prefix is kept
+        aside too, as `shift` (where the cache can move cells)."""
         ctx = self.ctx
+        self.shift = None
+        self._wanted = (prompt, least, slot.id) if least > 0 and ctx.shifts else None
         # Each attempt gives True (the tokens it was asked for), or fewer
         # (a restored window resumed at an earlier checkpoint), or nothing.
         attempts: list[tuple[int, Callable[[int], bool | int]]] = []
@@ -113,14 +126,40 @@ class Prefixes:
         for n, attempt in attempts:
             got = attempt(n)
             if got:
+                self._wanted = None
                 self.pin()
                 return n if got is True else int(got)
+            self.drop_shift(slot)
+        self._wanted = None
         ctx.clear(slot.id)
         slot.replace([])
         self.pin()
         return 0
 
+    def _stash(self, src: Slot, n: int) -> None:
+        """Where `reuse` was asked to: the longest later run of the prompt
+        that `src` holds past `n`, kept aside before it is cut or left."""
+        if self._wanted is None:
+            return
+        prompt, least, owner = self._wanted
+        found = find(src.held, prompt, n, least)
+        if found is None:
+            return
+        at_src, at, count = found
+        if self.ctx.stash(src.id, at_src, at_src + count, owner):
+            self.shift = Shift(self.ctx, at_src, at, count)
+            log.debug(
+                "seq %d: %d tokens kept aside to move from %d to %d", owner, count, at_src, at
+            )
+
+    def drop_shift(self, slot: Slot) -> None:
+        """Forgets a run kept aside for `slot` (its request is over, or
+        another source was taken)."""
+        self.shift = None
+        self.ctx.drop_stash(slot.id)
+
     def _cut(self, slot: Slot, n: int) -> bool:
+        self._stash(slot, n)
         if not self.ctx.cut(slot.id, n):
             return False
         slot.cut(n)
@@ -134,6 +173,7 @@ class Prefixes:
         return True
 
     def _copy(self, donor: Slot, slot: Slot, n: int) -> bool:
+        self._stash(donor, n)
         at = [c.state for c in donor.checkpoints if c.pos == n]
         if not self.ctx.copy(donor.id, slot.id, n, at[-1] if at else None):
             return False

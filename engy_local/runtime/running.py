@@ -11,6 +11,7 @@ from ..prompt.assemble import AnswerAssembler
 from ..prompt.detokenize import TokenText
 from .job import Job
 from .sampling import Sampler
+from .shift import Shift
 from .slots import Slot
 from .speculate import Drafter
 
@@ -23,7 +24,7 @@ class Running:
     text: TokenText
     answer: AnswerAssembler
     cached: int
-    media: dict[int, Any]  # start index -> vision.Media
+    media: dict[int, Any]  # start index -> vision.Media, or a shift.Shift
     next_token: int | None = None  # sampled, to be decoded next step
     miss: str = ""  # where the prompt left the longest cached prefix (see Started)
     points: tuple[int, ...] = ()  # prompt positions to checkpoint at (prefixes.points)
@@ -40,6 +41,25 @@ class Running:
     @property
     def prompt(self) -> list[int]:
         return self.job.tokens
+
+    def summary(self, model: str, stop: str) -> str:
+        """The request's line in the log, once it ends."""
+        end = time.monotonic()
+        prefill = len(self.prompt) - self.cached
+        prefill_s = max(1e-6, (self.t_prefilled or end) - self.t_start)
+        decode_s = max(1e-6, end - (self.t_first or end))
+        moved = sum(m.n_tokens for m in self.media.values() if isinstance(m, Shift))
+        return (
+            f"{model} seq={self.slot.id} prompt={len(self.prompt)} cached={self.cached} "
+            f"prefill={prefill / prefill_s:.1f} tok/s "
+            f"decode={max(0, self.text.produced - 1) / decode_s:.1f} tok/s "
+            f"ttft={(self.t_first or end) - self.t_start:.2f}s tokens={self.text.produced} "
+            f"stop={stop}"
+            + (f" drafted={self.drafted} accepted={self.accepted}" if self.drafted else "")
+            + (f" shifted={moved}" if moved else "")
+            + (" joined" if self.job.joined else "")
+            + (f" diverged={self.miss!r}" if self.miss else "")
+        )
 
 
 @dataclass(frozen=True)

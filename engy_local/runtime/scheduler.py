@@ -167,23 +167,29 @@ class Scheduler:
         if first is not None and first.source == "cache":
             self.prefixes.touch(prompt, usable)  # the entry it restores is not let go
         self.prefixes.park_idle(slot, spare=donor)
-        reuse = self.prefixes.reuse(slot, plan.options, prompt, hit)
+        least = 0 if job.media else job.cache_reuse
+        reuse = self.prefixes.reuse(slot, plan.options, prompt, hit, least)
         if donor is not None:
             self.prefixes.park_idle(slot)
         known = max(stored, cached, *(common_prefix(s.held, prompt) for s in self.slots))
         miss = self.prefixes.missed(job.where, len(prompt), known, usable(known), reuse)
+        shift = self.prefixes.shift  # a later run, read at its new place (shift.py)
+        if shift is not None:
+            media[shift.start] = shift
+            miss += f"; {shift.n_tokens} tokens after it read from the cache, moved"
         slot.busy = True
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens, job.params.ends)
         answer = AnswerAssembler(job.parser, job.single_call)
         recent = self.recent.blob if job.params.seed is None else b""  # see Recent
-        running = Running(job, slot, sampler, text, answer, reuse, media, miss=miss)
+        read = reuse + (shift.n_tokens if shift is not None else 0)  # from the cache
+        running = Running(job, slot, sampler, text, answer, read, media, miss=miss)
         running.points = points(self.model, len(prompt), reuse, job.marks, job.answer_start)
         running.drafter = Drafter(prompt, recent) if self.gate is not None else None
         if self.gate is not None:
             self.gate.forget(slot.id)
         self.running.append(running)
-        job.emit(Started(len(prompt), reuse, miss))
+        job.emit(Started(len(prompt), read, miss))
 
     @staticmethod
     def _usable(prompt: list[int], media: tuple[Any, ...]) -> Callable[[int], int]:
@@ -389,8 +395,8 @@ class Scheduler:
     def _feed_prompt(
         self, r: Running, budget: int, outputs: list[tuple[Running, list[int]]]
     ) -> list[int]:
-        """Adds the next chunk of r's prompt to the batch; images on the way
-        are evaluated first, on their own."""
+        """Adds the next chunk of r's prompt to the batch; images (and a
+        shifted run) on the way are put in first, on their own."""
         prompt, slot = r.prompt, r.slot
         done = len(slot.held)
         while done in r.media:
@@ -451,31 +457,9 @@ class Scheduler:
         usage = (len(r.prompt), r.cached, r.text.produced)
         for event in r.answer.finish(end, *usage, drafted=r.drafted, accepted=r.accepted):
             r.job.emit(event)
-        self._log(r, r.answer.stop_reason or end)
+        log.info(r.summary(self.model.path.name, r.answer.stop_reason or end))
         self.recent.add(r.drafter)
         self._release(r)
-
-    def _log(self, r: Running, stop: str) -> None:
-        end = time.monotonic()
-        prefill = len(r.prompt) - r.cached
-        prefill_s = max(1e-6, (r.t_prefilled or end) - r.t_start)
-        decode_s = max(1e-6, end - (r.t_first or end))
-        log.info(
-            "%s seq=%d prompt=%d cached=%d prefill=%.1f tok/s decode=%.1f tok/s "
-            "ttft=%.2fs tokens=%d stop=%s%s",
-            self.model.path.name,
-            r.slot.id,
-            len(r.prompt),
-            r.cached,
-            prefill / prefill_s,
-            max(0, r.text.produced - 1) / decode_s,
-            (r.t_first or end) - r.t_start,
-            r.text.produced,
-            stop,
-            (f" drafted={r.drafted} accepted={r.accepted}" if r.drafted else "")
-            + (" joined" if r.job.joined else "")
-            + (f" diverged={r.miss!r}" if r.miss else ""),
-        )
 
     def _fail(self, r: Running, err: EngyError, forget: bool = False) -> None:
         r.job.emit(err)
@@ -488,6 +472,7 @@ class Scheduler:
         if r not in self.running:
             return
         self.running.remove(r)
+        self.ctx.drop_stash(r.slot.id)  # a shifted run not read yet
         r.slot.busy = False
         r.slot.used = next(self._clock)
         r.sampler.close()
