@@ -42,6 +42,8 @@ from ..protocols.anthropic_stream import MessageStream
 from ..protocols.images import ImageLimits
 from ..protocols.sessions import Api
 from .activity import Activity
+from .cachereuse import HEADER as REUSE_HEADER
+from .cachereuse import with_cache_reuse
 from .guard import AccessMiddleware, AccessPolicy, key_matches
 from .hiding import HEADER as HIDE_HEADER
 from .hiding import hide
@@ -255,6 +257,7 @@ def create_app(settings: Settings, backend: Backend) -> Starlette:
             sampling = replace(chat.sampling, temperature=settings.temperature)
             chat = replace(chat, sampling=sampling)
         chat = hide(chat, request.headers.get(HIDE_HEADER))
+        chat = with_cache_reuse(chat, request.headers.get(REUSE_HEADER))
         entry = activity.begin(api, request.url.path, request.headers, body, chat)
         try:
             generation = await backend.submit(chat)

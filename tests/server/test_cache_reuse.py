@@ -1,0 +1,142 @@
+"""`x-engy-cache-reuse` through the official SDKs on the tiny model: a new
+session in another folder (the folder's path early in the prompt, the same
+environment after it) reads the rest from the cache on all three APIs when
+the header asks, only the shared prefix when it does not; a malformed value
+is a 400 in each API's own format naming the header, and the server goes
+on serving. (Where the run is found and what the answer is on a real
+model: tests/runtime/test_shift.py.)"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+from support.server import EngyServer
+
+TIMEOUT = 120
+HEADER = "x-engy-cache-reuse"
+# Ours, shaped like a coding client's environment section.
+ENVIRONMENT = "\n".join(
+    f" - Setting {i}: keep the value {i * 7} for module {i * 13} unless told otherwise."
+    for i in range(16)
+)
+
+
+def asked(folder: str) -> str:
+    return f"Fix the failing test.\n\n# Environment\n - Working directory: {folder}\n{ENVIRONMENT}"
+
+
+@pytest.fixture(scope="module")
+def model(tiny_server: EngyServer) -> str:
+    name: str = httpx.get(tiny_server.url + "/v1/models").json()["data"][0]["id"]
+    return name
+
+
+@pytest.fixture(scope="module")
+def claude(tiny_server: EngyServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(
+        base_url=tiny_server.url, api_key="unused", max_retries=0, timeout=TIMEOUT
+    ) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def gpt(tiny_server: EngyServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=tiny_server.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT
+    ) as client:
+        yield client
+
+
+def folder() -> str:
+    """A folder no earlier request named (the server's cache outlives a test)."""
+    return f"/home/dev/{uuid.uuid4().hex}/service"
+
+
+def messages_cached(
+    claude: anthropic.Anthropic, model: str, where: str, **extra: object
+) -> tuple[int, int]:
+    m = claude.messages.create(
+        model=model,
+        max_tokens=4,
+        system="You are a coding agent. " * 40,
+        messages=[{"role": "user", "content": asked(where)}],
+        **extra,  # type: ignore[arg-type]
+    )
+    read = m.usage.cache_read_input_tokens or 0
+    return read, m.usage.input_tokens + read
+
+
+def test_messages_a_new_session_elsewhere_reads_the_rest_when_asked(
+    claude: anthropic.Anthropic, model: str
+) -> None:
+    messages_cached(claude, model, folder())
+    plain, total = messages_cached(claude, model, folder())
+    assert plain < 0.9 * total  # the shared prefix: up to the path
+    shifted, total = messages_cached(claude, model, folder(), extra_headers={HEADER: "32"})
+    assert shifted >= 0.95 * total, (shifted, total)
+    assert shifted > plain
+
+
+def test_responses_and_chat_completions_read_the_rest_when_asked(
+    gpt: openai.OpenAI, model: str
+) -> None:
+    system = "You are a coding agent. " * 40
+    gpt.responses.create(
+        model=model, instructions=system, input=asked(folder()), max_output_tokens=4
+    )
+    r = gpt.responses.create(
+        model=model,
+        instructions=system,
+        input=asked(folder()),
+        max_output_tokens=4,
+        extra_headers={HEADER: "32"},
+    )
+    assert r.usage is not None
+    assert r.usage.input_tokens_details.cached_tokens >= 0.95 * r.usage.input_tokens, r.usage
+    c = gpt.chat.completions.create(
+        model=model,
+        messages=[
+            {"role": "system", "content": system},
+            {"role": "user", "content": asked(folder())},
+        ],
+        max_tokens=4,
+        extra_headers={HEADER: "32"},
+    )
+    assert c.usage is not None and c.usage.prompt_tokens_details is not None
+    assert c.usage.prompt_tokens_details.cached_tokens >= 0.95 * c.usage.prompt_tokens, c.usage
+
+
+@pytest.mark.parametrize("value", ["yes", "8", "-64", "64.5"])
+def test_a_malformed_value_is_refused_in_each_api_s_format(
+    claude: anthropic.Anthropic, gpt: openai.OpenAI, model: str, value: str
+) -> None:
+    with pytest.raises(anthropic.BadRequestError, match=HEADER) as a:
+        claude.messages.create(
+            model=model,
+            max_tokens=4,
+            messages=[{"role": "user", "content": "Hi"}],
+            extra_headers={HEADER: value},
+        )
+    assert a.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match=HEADER) as r:
+        gpt.responses.create(
+            model=model, input="Hi", max_output_tokens=4, extra_headers={HEADER: value}
+        )
+    assert r.value.body["param"] == HEADER  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match=HEADER):
+        gpt.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=4,
+            extra_headers={HEADER: value},
+        )
+    # And the server goes on serving; 0 is off, not an error.
+    ok = gpt.responses.create(
+        model=model, input="Hi", max_output_tokens=4, extra_headers={HEADER: "0"}
+    )
+    assert ok.status in ("completed", "incomplete")
