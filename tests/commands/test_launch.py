@@ -627,13 +627,15 @@ def test_lean_first_prompt_is_a_fraction_of_full(
 def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
     clients: Clients, answer_server: EngyServer, tmp_path: Path, client: str
 ) -> None:
-    """Two new sessions in two folders, no tool flags: the per-folder parts
-    (the working directory, the environment) come after the system prompt
-    and the tools, so the second's first turn reads all but them from the
-    cache: Claude Code's environment section (the folder's path, and a
-    scratchpad path with the session's id, then about 200 tokens: 1857 of
-    2068 cached, 90%) and Codex's environment context (about 120 tokens,
-    98% of its lean prompt, more of its defaults'). Without --exclude-dynamic-system-prompt-sections
+    """Two new sessions in two folders, no tool flags: the second's first
+    turn reads at least 95% of its prompt from the cache. The per-folder
+    parts come after the system prompt and the tools: Codex's environment
+    context (about 120 tokens, 98% of its lean prompt). Claude Code's
+    environment section comes after the user's first words, the folder's
+    path on its second line and about 200 tokens after it, the same in
+    every folder: the shared prefix alone gave 1857 of 2068 (90%); launch
+    asks (x-engy-cache-reuse) for those 200 to be read from the cache at
+    their new place, 99.9%. Without --exclude-dynamic-system-prompt-sections
     Claude Code's memory path in its system prompt left 800 of 11.6k
     tokens cached."""
     launch = Launch(tmp_path)
@@ -652,4 +654,4 @@ def test_a_session_in_another_folder_reads_its_first_prompt_from_the_cache(
     second = firsts[1]
     share = int(second["cached"]) / int(second["prompt"])
     print(f"{client}: the second folder's first turn read {share:.1%} from the cache: {second}")
-    assert int(second["prompt"]) - int(second["cached"]) <= 250, firsts
+    assert share >= 0.95, firsts

@@ -122,6 +122,26 @@ def test_claude_env_lean_turns_memory_and_git_guidance_off_unless_the_user_set_t
     assert mine["CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS"] == "1"
 
 
+@pytest.mark.parametrize(
+    ("mine", "want"),
+    [
+        (None, "x-engy-cache-reuse: 64"),
+        ("X-Team: a", "X-Team: a\nx-engy-cache-reuse: 64"),
+        ("X-Team: a\nX-Engy-Cache-Reuse: 0", "X-Team: a\nX-Engy-Cache-Reuse: 0"),
+    ],
+)
+def test_claude_env_asks_for_shifted_reuse_unless_the_user_set_it(
+    mine: str | None, want: str
+) -> None:
+    """Every profile: a new session in another folder reads the environment
+    section after the path from the cache (server/cachereuse.py); a user's
+    own headers stay, and their own setting of it wins."""
+    base = {"ANTHROPIC_CUSTOM_HEADERS": mine} if mine is not None else {}
+    for lean in (True, False):
+        env = claude_env(base, "http://127.0.0.1:8642", None, MODEL, lean=lean)
+        assert env["ANTHROPIC_CUSTOM_HEADERS"] == want
+
+
 # ---- Codex ------------------------------------------------------------------------
 
 INSTRUCTIONS = (

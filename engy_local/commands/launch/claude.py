@@ -6,12 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ...backend import ModelStatus
+from ...server.cachereuse import HEADER as REUSE_HEADER
 
 # Sent when the server has no --api-key: Claude Code wants some key.
 PLACEHOLDER_KEY = "engy-local"
 # Claude Code asks for 32000 output tokens; a local window needs room left
 # for the prompt, so the cap is a quarter of it, at most this.
 MAX_OUTPUT_CAP = 8192
+
+
+# A new session in another folder leaves the last one's prompt at the
+# folder's path in its environment section; the ~200 tokens after it are
+# read from the cache at their new place in runs of at least this many
+# (server/cachereuse.py).
+REUSE_RUN = 64
 
 
 # Claude Code 2.1.332 reads an auto-compact window under 100k tokens as 100k
@@ -121,4 +129,16 @@ def claude_env(
     if lean:
         for key, value in LEAN_ENV.items():
             env.setdefault(key, value)
+    env["ANTHROPIC_CUSTOM_HEADERS"] = with_header(
+        base.get("ANTHROPIC_CUSTOM_HEADERS", ""), REUSE_HEADER, str(REUSE_RUN)
+    )
     return env
+
+
+def with_header(headers: str, name: str, value: str) -> str:
+    """ANTHROPIC_CUSTOM_HEADERS ("Name: value" lines) with `name` added,
+    unless the user's already set it."""
+    lines = [line for line in headers.splitlines() if line.strip()]
+    if any(line.split(":", 1)[0].strip().lower() == name for line in lines):
+        return headers
+    return "\n".join([*lines, f"{name}: {value}"])
