@@ -258,6 +258,10 @@ class Tracked:
             if step is not None and not step.done():
                 step.cancel()
                 await asyncio.wait({step})
+                if not step.cancelled():
+                    # The source may end (or fail) as it is cancelled: read it
+                    # here, or asyncio logs "Task exception was never retrieved".
+                    step.exception()
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
                 await aclose()

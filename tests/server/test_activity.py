@@ -294,3 +294,51 @@ def test_the_record_is_bounded() -> None:
     snapshot = activity.snapshot(reveal=True)
     assert len(snapshot["requests"]) == 300 and len(snapshot["sessions"]) == 40
     assert len(activity.live) == 300
+
+
+class EndsWhenCancelled:
+    """A generation whose stream ends, not fails, when the wait for its
+    next event is cancelled (as a backend's may, tidying up)."""
+
+    prompt_tokens = 10
+
+    def cancel(self) -> None:
+        pass
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        yield Started(10, 0)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            return
+        yield TextDelta("never")
+
+
+def test_a_client_gone_mid_wait_leaves_no_unread_task_error() -> None:
+    """The consumer goes away while the next event is awaited; the step
+    task then ends with StopAsyncIteration. Seen in a bench's engy log as
+    "Task exception was never retrieved ... StopAsyncIteration"."""
+    import gc
+
+    async def main() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        tracked = Tracked(EndsWhenCancelled(), Metrics(), Drain())  # type: ignore[arg-type]
+
+        async def consume() -> None:
+            async for _ in tracked:
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.01)
+        gc.collect()
+        await asyncio.sleep(0.01)
+        return reported
+
+    reported = asyncio.run(main())
+    assert not [c for c in reported if "never retrieved" in str(c.get("message"))], reported
