@@ -125,8 +125,8 @@ def test_claude_env_lean_turns_memory_and_git_guidance_off_unless_the_user_set_t
 @pytest.mark.parametrize(
     ("mine", "want"),
     [
-        (None, "x-engy-cache-reuse: 64"),
-        ("X-Team: a", "X-Team: a\nx-engy-cache-reuse: 64"),
+        (None, "x-engy-cache-reuse: 160"),
+        ("X-Team: a", "X-Team: a\nx-engy-cache-reuse: 160"),
         ("X-Team: a\nX-Engy-Cache-Reuse: 0", "X-Team: a\nX-Engy-Cache-Reuse: 0"),
     ],
 )
