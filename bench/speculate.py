@@ -182,6 +182,12 @@ def main() -> None:
     ap.add_argument(
         "--only", action="append", choices=list(ONLY), help="only this workload (repeatable)"
     )
+    ap.add_argument(
+        "--engy-arg",
+        action="append",
+        default=[],
+        help="an engy serve argument for both engy servers, e.g. --engy-arg=--flash-attn=off",
+    )
     args = ap.parse_args()
     only = tuple(ONLY[w] for w in args.only or ONLY)
     model: Path = args.model or default_model()
@@ -193,7 +199,7 @@ def main() -> None:
 
     # name -> (server, dialect); started in turn, all kept for the rounds.
     servers: dict[str, tuple[Server, str]] = {}
-    common = ("--ctx-size", str(CTX), "--cache-disk-size", "0")
+    common = ("--ctx-size", str(CTX), "--cache-disk-size", "0", *args.engy_arg)
     try:
         for name, extra in (("engy", ()), ("engy off", ("--speculative", "off"))):
             servers[name] = (start_engy(model, args.threads, logs, *common, *extra), "engy")
