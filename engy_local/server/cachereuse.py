@@ -27,7 +27,7 @@ def with_cache_reuse(chat: ChatRequest, value: str | None) -> ChatRequest:
     if value is None or not value.strip():
         return chat
     text = value.strip()
-    if not text.isdigit() or (0 < int(text) < LEAST):
+    if not (text.isascii() and text.isdigit()) or (0 < int(text) < LEAST):
         raise InvalidRequest(
             f"header {HEADER}: {value!r} is not 0 (off) or a number of tokens of at least {LEAST}",
             param=HEADER,

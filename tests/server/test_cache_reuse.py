@@ -17,6 +17,10 @@ import openai
 import pytest
 from support.server import EngyServer
 
+from engy_local.chat import ChatRequest
+from engy_local.errors import InvalidRequest
+from engy_local.server.cachereuse import with_cache_reuse
+
 TIMEOUT = 120
 HEADER = "x-engy-cache-reuse"
 # Ours, shaped like a coding client's environment section.
@@ -50,6 +54,28 @@ def gpt(tiny_server: EngyServer) -> Iterator[openai.OpenAI]:
         base_url=tiny_server.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT
     ) as client:
         yield client
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, 0),
+        ("", 0),
+        (" 160 ", 160),
+        ("0", 0),
+        ("16", 16),
+        ("15", None),
+        ("²", None),
+        ("1e3", None),
+    ],
+)
+def test_the_header_s_values(value: str | None, want: int | None) -> None:
+    chat = ChatRequest("m", ())
+    if want is None:
+        with pytest.raises(InvalidRequest, match=HEADER):
+            with_cache_reuse(chat, value)
+    else:
+        assert with_cache_reuse(chat, value).cache_reuse == want
 
 
 def folder() -> str:
