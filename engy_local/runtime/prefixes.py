@@ -123,14 +123,15 @@ class Prefixes:
             else:
                 attempts.append((option.reuse, partial(self._restore, slot, prompt)))
         attempts.sort(key=lambda a: -a[0])
-        for n, attempt in attempts:
-            got = attempt(n)
-            if got:
-                self._wanted = None
-                self.pin()
-                return n if got is True else int(got)
-            self.drop_shift(slot)
-        self._wanted = None
+        try:
+            for n, attempt in attempts:
+                got = attempt(n)
+                if got:
+                    self.pin()
+                    return n if got is True else int(got)
+                self._drop_shift(slot)
+        finally:
+            self._wanted = None  # _cut and _copy stash only within this call
         ctx.clear(slot.id)
         slot.replace([])
         self.pin()
@@ -152,9 +153,8 @@ class Prefixes:
                 "seq %d: %d tokens kept aside to move from %d to %d", owner, count, at_src, at
             )
 
-    def drop_shift(self, slot: Slot) -> None:
-        """Forgets a run kept aside for `slot` (its request is over, or
-        another source was taken)."""
+    def _drop_shift(self, slot: Slot) -> None:
+        """Forgets a run an attempt that failed kept aside for `slot`."""
         self.shift = None
         self.ctx.drop_stash(slot.id)
 
