@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -35,23 +36,33 @@ def asked(folder: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def model(tiny_server: EngyServer) -> str:
-    name: str = httpx.get(tiny_server.url + "/v1/models").json()["data"][0]["id"]
+def server(tiny_qwen3: Path) -> Iterator[EngyServer]:
+    """A server of its own: a run is kept aside in cells read back as one
+    block, which a KV cache other modules' requests fragmented may not have
+    (then the prompt reads only its shared prefix)."""
+    s = EngyServer(str(tiny_qwen3), "--ctx-size", "8192")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def model(server: EngyServer) -> str:
+    name: str = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
     return name
 
 
 @pytest.fixture(scope="module")
-def claude(tiny_server: EngyServer) -> Iterator[anthropic.Anthropic]:
+def claude(server: EngyServer) -> Iterator[anthropic.Anthropic]:
     with anthropic.Anthropic(
-        base_url=tiny_server.url, api_key="unused", max_retries=0, timeout=TIMEOUT
+        base_url=server.url, api_key="unused", max_retries=0, timeout=TIMEOUT
     ) as client:
         yield client
 
 
 @pytest.fixture(scope="module")
-def gpt(tiny_server: EngyServer) -> Iterator[openai.OpenAI]:
+def gpt(server: EngyServer) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(
-        base_url=tiny_server.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT
+        base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT
     ) as client:
         yield client
 
