@@ -141,9 +141,12 @@ def thinks_first(request: ChatRequest) -> bool:
     return request.json_output is not None and request.thinking is True
 
 
-def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool]:
+def render(
+    model: PromptModel, request: ChatRequest, then: Sequence[Message] = ()
+) -> tuple[PlacedImages, bool]:
     """The prompt text with its images, and whether tool calls are forced by
-    grammar."""
+    grammar. `then`: messages after the request's, rendered as a later
+    request would (no generation prompt; see nextturn.py)."""
     if model.projector is None and images_of(request.messages):
         raise InvalidRequest(f"model {model.path.name} does not support images", param="messages")
     choice = request.tool_choice
@@ -152,7 +155,7 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool
         raise InvalidRequest(f"tool_choice: no tool named {choice.name!r}", param="tool_choice")
     forced = choice.mode in ("any", "tool") and bool(tools)
     extra = _switches(model, request, forced)
-    conversation: Sequence[Message] = request.messages
+    conversation: Sequence[Message] = (*request.messages, *then)
     if not forced:  # the model is told the format where the request does not say it
         conversation = told(conversation, request.json_output)
     template_tools = to_template_tools(tools)
@@ -169,7 +172,7 @@ def render(model: PromptModel, request: ChatRequest) -> tuple[PlacedImages, bool
         return model.template.render(
             messages,
             tools=template_tools or None,
-            add_generation_prompt=True,
+            add_generation_prompt=not then,
             **extra,
         )
 

@@ -36,3 +36,25 @@ class Job:
     # its new position (shift.py; the request's x-engy-cache-reuse).
     cache_reuse: int = 0
     joined: bool = False  # it waited for another request reading the same prompt
+    # Once the answer has ended: the tokens the next turn's prompt starts
+    # with (prompt/nextturn.py); called off the model's thread.
+    follow: Callable[[], list[int]] | None = None
+    # No client: it reads its tokens into the cache and ends (a pre-read).
+    read_only: bool = False
+
+    def pre_read(self, tokens: list[int]) -> Job:
+        """A job that reads `tokens` (this answer's next turn's start) into
+        the cache while the client runs its tools. It samples nothing: its
+        parser is this job's, never fed."""
+        return Job(
+            tokens=tokens,
+            params=SamplingParams(max_tokens=1),
+            parser=self.parser,
+            emit=_nowhere,
+            marks=self.marks,
+            read_only=True,
+        )
+
+
+def _nowhere(event: Event | EngyError | None) -> None:
+    pass

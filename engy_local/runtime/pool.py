@@ -18,9 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..backend import ModelInfo, ModelStatus, SequenceStatus, provider_failure
-from ..chat import ChatRequest
-from ..errors import Busy, ModelLoadError, ModelNotFound, NotGGUF, NoWorker
+from ..chat import Answer, ChatRequest, Event
+from ..errors import Busy, EngyError, ModelLoadError, ModelNotFound, NotGGUF, NoWorker
 from ..models.ggufmeta import read_metadata, trained_context
+from ..prompt.nextturn import next_turn
 from ..prompt.prepare import count_tokens, prepare
 from .diskcache import DiskTier
 from .identity import model_identity
@@ -147,11 +148,19 @@ class ModelPool:
         loaded = await loop.run_in_executor(None, self._instance, served)
         prepared = await loop.run_in_executor(None, prepare, loaded.model, request, self.output_cap)
         generation = LocalGeneration(len(prepared.tokens), self.timeout, self.heartbeat)
+        answer = Answer()  # folded as it goes out: the next turn's start follows from it
+
+        def emit(event: Event | EngyError | None) -> None:
+            if event is not None and not isinstance(event, EngyError):
+                answer.add(event)
+            generation.emit(event)
+
         job = Job(
             tokens=prepared.tokens,
             params=prepared.params,
             parser=prepared.new_parser(),
-            emit=generation.emit,
+            emit=emit,
+            follow=lambda: next_turn(loaded.model, request, answer),
             flush=generation.flush,
             single_call=prepared.single_call,
             media=prepared.media,

@@ -31,18 +31,10 @@ from .model import Model
 from .prefixes import MIN_SAVE, Prefixes, points
 from .running import Fed, Running
 from .sampling import Sampler
-from .slots import Slot, choose, common_prefix
-from .speculate import SIZES, Costs, Drafter, Gate, Recent, measure
+from .slots import Slot, choose, common_prefix, usable_length, worth_pre_reading
+from .speculate import SIZES, Costs, Drafter, Gate, Recent, measure, output_rows
 
 log = logging.getLogger("engy.requests")
-
-
-def _outputs(n_seq: int, draft_max: int) -> int:
-    """The most tokens one step asks logits for: each sequence's next token
-    and its draft; the steps _time_step times while drafts are measured."""
-    if not draft_max:
-        return n_seq
-    return max(n_seq * (1 + draft_max), max(SIZES))
 
 
 class Scheduler:
@@ -51,7 +43,9 @@ class Scheduler:
         # A recurrent state can take a draft back only from llama.cpp's
         # snapshots of it (dropped again if drafts do not pay: _gate).
         draft_max = model.draft_max if model.speculative != "off" else 0
-        self.ctx = Context(model, rollback=draft_max, outputs=_outputs(model.parallel, draft_max))
+        self.ctx = Context(
+            model, rollback=draft_max, outputs=output_rows(model.parallel, draft_max)
+        )
         self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.disk = disk
         self.prefixes = Prefixes(model, self.ctx, self.slots, disk)
@@ -60,6 +54,8 @@ class Scheduler:
         self._clock = itertools.count(1)
         # A waiting job with these tokens, taken from the queue: it inherits a read its sender left.
         self.heir: Callable[[list[int]], Job | None] = lambda tokens: None
+        # An answer ended: the worker reads its next turn's start in (Job.pre_read).
+        self.followed: Callable[[Job], None] = lambda job: None
         self.gate: Gate | None = None
         self.recent = Recent()  # answers drafted from across requests
         # What a tier or drafting cannot do for this model (engy ps, the page).
@@ -134,6 +130,11 @@ class Scheduler:
             for r in self.running
         )
 
+    def pre_reading(self, tokens: list[int]) -> bool:
+        """A pre-read of the start of `tokens` is running: a request with
+        them waits for it (one step) and then reads only the rest."""
+        return any(r.job.read_only and tokens[: len(r.prompt)] == r.prompt for r in self.running)
+
     # -- admission ------------------------------------------------------
 
     def admit(self, job: Job) -> None:
@@ -148,15 +149,22 @@ class Scheduler:
             return
         prompt = job.tokens
         media = {m.start: m for m in job.media}
-        usable = self._usable(prompt, job.media)
+        usable = usable_length(prompt, job.media)
         cached = self.prefixes.cached(prompt, usable)
         hit = self.disk.best(prompt, usable(len(prompt))) if self.disk is not None else None
         stored = hit.tokens if hit is not None else 0
         recurrent = self.model.recurrent
         covers = self.prefixes.covers
         cuts = self.prefixes.cuts
-        plan = choose(prompt, self.slots, cached, MIN_SAVE, usable, covers, stored, recurrent, cuts)
+        replaces = job.read_only
+        plan = choose(
+            prompt, self.slots, cached, MIN_SAVE, usable, covers, stored, recurrent, cuts, replaces
+        )
         assert plan is not None, "admitted without a free sequence"
+        room = self.ctx.n_batch
+        if job.read_only and not worth_pre_reading(plan, self.slots, prompt, room):
+            job.emit(None)
+            return
         slot = self.slots[plan.slot]
         if plan.save:
             self.prefixes.save(slot)
@@ -166,7 +174,8 @@ class Scheduler:
         donor = self.slots[first.src] if first and first.src is not None else None
         if first is not None and first.source == "cache":
             self.prefixes.touch(prompt, usable)  # the entry it restores is not let go
-        self.prefixes.park_idle(slot, spare=donor)
+        if not job.read_only:  # a pre-read adds to its own cells only
+            self.prefixes.park_idle(slot, spare=donor)
         least = 0 if job.media else job.cache_reuse
         reuse = self.prefixes.reuse(slot, plan.options, prompt, hit, least)
         if donor is not None:
@@ -190,17 +199,6 @@ class Scheduler:
             self.gate.forget(slot.id)
         self.running.append(running)
         job.emit(Started(len(prompt), read, miss))
-
-    @staticmethod
-    def _usable(prompt: list[int], media: tuple[Any, ...]) -> Callable[[int], int]:
-        def usable(n: int) -> int:
-            n = min(n, len(prompt) - 1)  # one token is always evaluated, for logits
-            for m in media:
-                if m.start < n < m.start + m.n_tokens:
-                    return int(m.start)  # an image is evaluated whole or not at all
-            return max(n, 0)
-
-        return usable
 
     # -- one step -------------------------------------------------------
 
@@ -239,6 +237,10 @@ class Scheduler:
                     r.slot.ends.append(len(r.slot.held))
                 if not self.model.recurrent:  # its checkpoint is one token before
                     self.prefixes.checkpoint(r.slot)
+                if r.job.read_only:
+                    n = len(r.prompt) - r.cached
+                    log.info("seq %d: read %d tokens of the next turn's start", r.slot.id, n)
+                    self._release(r)
         now = time.monotonic()
         for r, at in outputs:
             if not r.t_prefilled:
@@ -410,7 +412,7 @@ class Scheduler:
         take = prompt[done : min(end, done + budget)]
         batch = self.ctx.batch
         for k, token in enumerate(take):
-            last = done + k == len(prompt) - 1
+            last = done + k == len(prompt) - 1 and not r.job.read_only
             i = batch.add(token, done + k, slot.id, last)
             if last:
                 outputs.append((r, [i]))
@@ -460,6 +462,7 @@ class Scheduler:
         log.info(r.summary(self.model.path.name, r.answer.stop_reason or end))
         self.recent.add(r.drafter)
         self._release(r)
+        self.followed(r.job)
 
     def _fail(self, r: Running, err: EngyError, forget: bool = False) -> None:
         r.job.emit(err)

@@ -109,6 +109,7 @@ def choose(
     stored: int = 0,
     recurrent: bool = False,
     cuts: Callable[[Slot, int], bool] = lambda slot, n: True,
+    replaces: bool = False,
 ) -> Plan | None:
     """A plan for `prompt`, or None when every sequence is busy. `cached` is
     the longest prefix the RAM cache holds and `saved(tokens)` whether it
@@ -118,7 +119,10 @@ def choose(
     gives (already a length it can resume at). A `recurrent` sequence
     resumes only at its end or at one of its checkpoints (`cached` is then
     already such a length too); so does a sliding window's where `cuts`
-    says its window layers no longer reach back to a length."""
+    says its window layers no longer reach back to a length. A prompt that
+    `replaces` what a sequence holds after it (an answer, re-rendered as
+    the next turn writes it) takes the sequence holding the most of it,
+    and nothing is saved."""
     free = [s for s in slots if not s.busy]
     if not free:
         return None
@@ -142,7 +146,7 @@ def choose(
         return dropped
 
     def rank(s: Slot) -> tuple[int, int, int]:
-        if loss(s) == 0:  # nothing is lost: the most of the prompt already there
+        if replaces or loss(s) == 0:  # nothing is lost: the most of the prompt already there
             return (0, -own[s.id], s.used)
         # Then the least recently used, however long: a stale conversation
         # goes (to the RAM cache, when worth saving) before one that just spoke.
@@ -159,5 +163,31 @@ def choose(
     if stored > max(own[target.id], cached):
         options.append(Option("disk", stored))
     options.sort(key=lambda o: -o.reuse)
-    save = loss(target) >= min_save
+    save = not replaces and loss(target) >= min_save
     return Plan(target.id, save, tuple(o for o in options if o.reuse > 0))
+
+
+def usable_length(prompt: list[int], media: tuple[Any, ...]) -> Callable[[int], int]:
+    """`usable` for `prompt` (see choose): a cached prefix cut back to where
+    evaluation can resume, with the prompt's images (vision.Media)."""
+
+    def usable(n: int) -> int:
+        n = min(n, len(prompt) - 1)  # one token is always evaluated, for logits
+        for m in media:
+            if m.start < n < m.start + m.n_tokens:
+                return int(m.start)  # an image is evaluated whole or not at all
+        return max(n, 0)
+
+    return usable
+
+
+def worth_pre_reading(plan: Plan, slots: list[Slot], tokens: list[int], room: int) -> bool:
+    """Whether a pre-read of `tokens` (an answer's next turn's start) goes
+    ahead on `plan` (choose, with `replaces`): where its conversation's
+    sequence is free, holds the answer as the model wrote it, parting from
+    `tokens` before its end, and the rest fits one step of `room` tokens."""
+    first = plan.options[0] if plan.options else None
+    if first is None or first.source != "self":
+        return False
+    held = slots[plan.slot].held
+    return common_prefix(held, tokens) < len(held) and len(tokens) - first.reuse <= room

@@ -67,6 +67,14 @@ LEAD = 16  # prompt tokens kept before an answer: what a repeat agrees with
 _APART = np.asarray([-1], dtype="<i4").tobytes()
 
 
+def output_rows(n_seq: int, draft_max: int) -> int:
+    """The most tokens one step asks logits for: each sequence's next token
+    and its draft; the steps the scheduler times while drafts are measured."""
+    if not draft_max:
+        return n_seq
+    return max(n_seq * (1 + draft_max), max(SIZES))
+
+
 class Recent:
     """The model's last RECENT answers (RECENT_TOKENS of each at most, after
     their prompt's last LEAD tokens), as one run of bytes that drafters

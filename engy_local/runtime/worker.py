@@ -5,6 +5,11 @@ is free; the scheduler (scheduler.py) then runs every admitted request in
 one batch per step. Each job streams its events back through `Job.emit`,
 which the async side turns into a queue of its own. A cancelled job (the
 client went away, or it timed out) gives its sequence back within one step.
+
+When an answer ends, its next turn's start as the template writes it
+(prompt/nextturn.py) is rendered on a thread of its own and, while nothing
+else waits, read into the conversation's sequence (a pre-read job): the
+client runs its tools meanwhile, and the next turn reads only what is new.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..backend import CacheStatus
@@ -30,6 +36,9 @@ class Worker:
         self.queue_size = queue_size
         self.scheduler = Scheduler(model, disk)  # builds the context: fails here, not later
         self.scheduler.heir = self._heir
+        self.scheduler.followed = self._followed
+        self._next_turns = ThreadPoolExecutor(1, thread_name_prefix="engy-next-turn")
+        self._rendering = 0  # next turns being rendered (idle() waits for them)
         self._waiting: deque[Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -42,7 +51,7 @@ class Worker:
     def idle(self) -> bool:
         """Nothing running and nothing waiting: the model may be unloaded."""
         with self._cond:
-            return not self._busy and not self._waiting
+            return not self._busy and not self._waiting and not self._rendering
 
     def submit(self, job: Job) -> None:
         with self._cond:
@@ -74,6 +83,31 @@ class Worker:
                     return job
         return None
 
+    def _followed(self, job: Job) -> None:
+        """An answer ended (on the model's thread): its next turn's start is
+        rendered on another."""
+        if job.follow is None:
+            return
+        with self._cond:
+            if self._closed:
+                return
+            self._rendering += 1
+        self._next_turns.submit(self._pre_read, job)
+
+    def _pre_read(self, job: Job) -> None:
+        try:
+            tokens = job.follow() if job.follow is not None else []
+        except Exception:  # an optimisation: the next turn reads them itself
+            log.exception("rendering the next turn's start failed")
+            tokens = []
+        with self._cond:
+            self._rendering -= 1
+            # Only where the answer parts from its rendering (the prompt
+            # stays whole for a request sent again), and nothing waits.
+            if tokens[: len(job.tokens)] == job.tokens and not self._waiting and not self._closed:
+                self._waiting.append(job.pre_read(tokens))
+            self._cond.notify()
+
     def _admissible(self, free: int) -> list[Job]:
         """Up to `free` waiting jobs, first come first; a job whose prompt is
         being read right now (or by one admitted with it) waits for that
@@ -82,6 +116,10 @@ class Worker:
         for job in list(self._waiting):
             if len(admitted) >= free:
                 break
+            if self.scheduler.pre_reading(job.tokens) or any(
+                a.read_only and job.tokens[: len(a.tokens)] == a.tokens for a in admitted
+            ):
+                continue  # its start is being read in (one step)
             if self.scheduler.reading_the_same(job) or any(
                 a.tokens == job.tokens for a in admitted
             ):
@@ -109,6 +147,7 @@ class Worker:
         with self._cond:
             self._closed = True
             self._cond.notify()
+        self._next_turns.shutdown(wait=False, cancel_futures=True)
         # Long enough for a graceful stop to write the conversations to disk.
         self._thread.join(timeout=600)
 

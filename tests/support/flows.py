@@ -248,7 +248,18 @@ class Engine:
         return ModelPool([ServedModel("m", options)], primary="m", disk=settings)
 
     def ask(self, request: ChatRequest, cancel: bool = False) -> Turn:
-        return asyncio.run(_finish(self.pool, request, cancel))
+        """`request` run to its end; then, as while a client runs its tools,
+        the engine reads the next turn's start in (a pre-read) before the
+        next request comes."""
+        turn = asyncio.run(_finish(self.pool, request, cancel))
+        self._settle()
+        return turn
+
+    def _settle(self) -> None:
+        worker = self.pool._loaded["m"].worker  # the test looks inside
+        deadline = time.monotonic() + 60
+        while not worker.idle() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def restart(self) -> None:
         """A graceful stop (the disk tier keeps what it holds) and a new start."""
@@ -257,11 +268,8 @@ class Engine:
 
     def consistent(self) -> list[str]:
         """Idle sequences whose tokens and KV cells disagree (none)."""
-        worker = self.pool._loaded["m"].worker  # the test looks inside: nothing runs now
-        deadline = time.monotonic() + 10  # the last step may still be ending
-        while not worker.idle() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return worker.scheduler.mismatches()
+        self._settle()  # the last step may still be ending
+        return self.pool._loaded["m"].worker.scheduler.mismatches()
 
     def close(self) -> None:
         self.pool.close()
