@@ -11,7 +11,7 @@ reads the template's version in while the client runs its tools
 
 from __future__ import annotations
 
-from ..chat import Answer, ChatRequest, Message, Part, Text, Thinking, ToolResult
+from ..chat import Answer, ChatRequest, Message, Part, Text, ToolResult
 from ..errors import EngyError
 from .images import images_of
 from .prepare import PromptModel, render
@@ -34,13 +34,13 @@ def next_turn(model: PromptModel, request: ChatRequest, answer: Answer) -> list[
     """The tokens every next turn after `answer` starts with: the request's
     conversation, the answer as a message, and the next message's opening
     up to its content; less the last token, which may merge with what
-    follows. [] where not known: an answer cut short, images (their
-    placeholders), a template that will not render it."""
-    if answer.stop_reason not in ("end", "tool_call") or images_of(request.messages):
+    follows. [] where not known: an answer cut short, one that thought
+    (Anthropic clients send thinking back, Responses clients do not),
+    images (their placeholders), a template that will not render it."""
+    cut_short = answer.stop_reason not in ("end", "tool_call")
+    if cut_short or answer.thinking or images_of(request.messages):
         return []
     parts: list[Part] = []
-    if answer.thinking:
-        parts.append(Thinking(answer.thinking))
     if answer.text:
         parts.append(Text(answer.text))
     parts.extend(answer.calls)

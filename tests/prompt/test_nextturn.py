@@ -136,9 +136,10 @@ def test_the_next_turn_starts_with_it(case: tuple[Case, Vocabulary]) -> None:
         (replace(TEXT_ANSWER, stop_reason="length"), ASKED),  # cut short
         (replace(TEXT_ANSWER, stop_reason="stop"), ASKED),  # a stop sequence took its end
         (Answer(stop_reason="end"), ASKED),  # nothing said
+        (replace(TEXT_ANSWER, thinking="Plan."), ASKED),  # sent back or not: the client's choice
         (TEXT_ANSWER, (Message("user", (Image("image/png", "iVBORw0KGgo="),)),)),  # images
     ],
-    ids=["length", "stop", "empty", "images"],
+    ids=["length", "stop", "empty", "thought", "images"],
 )
 def test_nothing_where_it_cannot_be_known(answer: Answer, messages: tuple[Message, ...]) -> None:
     path = FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf"

@@ -20,8 +20,7 @@ from engy_local.runtime.context import BATCH, Context
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import Model
 from engy_local.runtime.pool import ModelPool
-from engy_local.runtime.scheduler import _outputs
-from engy_local.runtime.speculate import SIZES
+from engy_local.runtime.speculate import SIZES, output_rows
 
 MIB = 1 << 20
 
@@ -58,7 +57,7 @@ def compute(model: Model, outputs: int) -> int:
 def test_a_step_asks_for_a_row_a_sequence_and_a_row_a_drafted_token(
     n_seq: int, draft_max: int, rows: int
 ) -> None:
-    assert _outputs(n_seq, draft_max) == rows
+    assert output_rows(n_seq, draft_max) == rows
 
 
 def test_the_rows_are_never_more_than_a_batch_nor_fewer_than_the_sequences(gemma: Model) -> None:
@@ -72,8 +71,8 @@ def test_the_rows_are_never_more_than_a_batch_nor_fewer_than_the_sequences(gemma
 
 def test_the_compute_buffer_holds_the_rows_a_step_asks_for_not_a_batch(gemma: Model) -> None:
     vocab_row = gemma.n_vocab * 4
-    plain = compute(gemma, _outputs(4, 0))
-    drafting = compute(gemma, _outputs(4, 16))
+    plain = compute(gemma, output_rows(4, 0))
+    drafting = compute(gemma, output_rows(4, 16))
     whole_batch = compute(gemma, BATCH)
     assert gemma.n_vocab > 250_000
     # A whole batch's rows alone are 512 MiB; what engy asks for is far less.
