@@ -147,7 +147,9 @@ class Worker:
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._next_turns.shutdown(wait=False, cancel_futures=True)
+        # A rendering under way tokenizes with the model: it ends before the
+        # model is freed (and queues nothing now).
+        self._next_turns.shutdown(wait=True, cancel_futures=True)
         # Long enough for a graceful stop to write the conversations to disk.
         self._thread.join(timeout=600)
 
