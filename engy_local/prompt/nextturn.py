@@ -34,11 +34,12 @@ def next_turn(model: PromptModel, request: ChatRequest, answer: Answer) -> list[
     """The tokens every next turn after `answer` starts with: the request's
     conversation, the answer as a message, and the next message's opening
     up to its content; less the last token, which may merge with what
-    follows. [] where not known: an answer cut short, one that thought
-    (Anthropic clients send thinking back, Responses clients do not),
-    images (their placeholders), a template that will not render it."""
-    cut_short = answer.stop_reason not in ("end", "tool_call")
-    if cut_short or answer.thinking or images_of(request.messages):
+    follows. An answer cut short (max_tokens, a stop sequence) is sent
+    back as the client got it, as any other. [] where not known: an
+    answer that thought (Anthropic clients send thinking back, Responses
+    clients do not), images (their placeholders), a template that will not
+    render it."""
+    if answer.thinking or images_of(request.messages):
         return []
     parts: list[Part] = []
     if answer.text:
