@@ -92,3 +92,39 @@ def test_a_model_with_several_sequences_runs_jobs_side_by_side(endless: Model) -
         model.close()
     for sink in sinks:  # unloading ends every job, each with its error
         assert sink.done.is_set() and sink.events[-1] is None
+
+
+def test_the_next_turns_start_is_read_in_after_an_answer(endless: Model) -> None:
+    """Once an answer ends, what its next turn will start with (here: the
+    answer written otherwise, as a template may) is read into the
+    sequence while nothing waits; the next turn then reads all of it from
+    the cache. Where it only extends what the sequence holds, nothing is
+    read in (the next turn reads those tokens as cheaply itself)."""
+    worker = Worker(endless, queue_size=4)
+    slot = worker.scheduler.slots[0]
+    try:
+        first, sink = job(endless, Sink(), max_tokens=6), Sink()
+        first = replace(first, emit=sink)
+        prompt = first.tokens
+        other = endless.tokenize(" Hello there, friend")
+        start = [*prompt, *other]
+        first.follow = lambda: start
+        worker.submit(first)
+        wait_for(lambda: sink.done.is_set() and worker.idle())
+        assert slot.held == start  # the answer as written went; the start is in
+        second, seen = replace(job(endless, Sink(), max_tokens=2), tokens=[*start, 11]), Sink()
+        second = replace(second, emit=seen)
+        held_after_answer: list[int] = []
+
+        def follow() -> list[int]:  # what the sequence holds, then one token more
+            held_after_answer.extend(slot.held)
+            return [*slot.held, 12]
+
+        second.follow = follow
+        worker.submit(second)
+        wait_for(lambda: seen.done.is_set() and worker.idle())
+        [started] = [e for e in seen.events if isinstance(e, Started)]
+        assert started.cached_tokens == len(start)
+        assert held_after_answer and slot.held == held_after_answer  # nothing read in
+    finally:
+        worker.close()
