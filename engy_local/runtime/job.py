@@ -51,7 +51,6 @@ class Job:
             params=SamplingParams(max_tokens=1),
             parser=self.parser,
             emit=_nowhere,
-            marks=self.marks,
             read_only=True,
         )
 

@@ -193,7 +193,8 @@ class Scheduler:
         recent = self.recent.blob if job.params.seed is None else b""  # see Recent
         read = reuse + (shift.n_tokens if shift is not None else 0)  # from the cache
         running = Running(job, slot, sampler, text, answer, read, media, miss=miss)
-        running.points = points(self.model, len(prompt), reuse, job.marks, job.answer_start)
+        if not job.read_only:
+            running.points = points(self.model, len(prompt), reuse, job.marks, job.answer_start)
         running.drafter = Drafter(prompt, recent) if self.gate is not None else None
         if self.gate is not None:
             self.gate.forget(slot.id)
@@ -235,12 +236,12 @@ class Scheduler:
             elif prompt_read:
                 if not r.slot.ends or r.slot.ends[-1] != len(r.slot.held):
                     r.slot.ends.append(len(r.slot.held))
-                if not self.model.recurrent:  # its checkpoint is one token before
-                    self.prefixes.checkpoint(r.slot)
-                if r.job.read_only:
+                if r.job.read_only:  # no checkpoints: the answer's prompt keeps its own
                     n = len(r.prompt) - r.cached
                     log.info("seq %d: read %d tokens of the next turn's start", r.slot.id, n)
                     self._release(r)
+                elif not self.model.recurrent:  # its checkpoint is one token before
+                    self.prefixes.checkpoint(r.slot)
         now = time.monotonic()
         for r, at in outputs:
             if not r.t_prefilled:
