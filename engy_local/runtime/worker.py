@@ -49,7 +49,8 @@ class Worker:
         self._ready.wait()  # the scheduler's start (it times steps) is part of the load
 
     def idle(self) -> bool:
-        """Nothing running and nothing waiting: the model may be unloaded."""
+        """Nothing running, waiting or being rendered (a next turn's start):
+        the model may be unloaded."""
         with self._cond:
             return not self._busy and not self._waiting and not self._rendering
 
