@@ -9,17 +9,14 @@ bookkeeping agrees with llama.cpp."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from support.flows import load_options
 from support.paths import CACHE, need_fixtures
+from support.runs import Sink, wait_for
 
-from engy_local.chat import Started
 from engy_local.prompt.prepare import SamplingParams
 from engy_local.runtime.job import Job
 from engy_local.runtime.model import Model
@@ -48,21 +45,6 @@ def model(request: pytest.FixtureRequest) -> Iterator[tuple[str, Model]]:
     m.close()
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-        self.done = threading.Event()
-
-    def __call__(self, item: Any) -> None:
-        self.events.append(item)
-        if item is None:
-            self.done.set()
-
-    def cached(self) -> int:
-        [started] = [e for e in self.events if isinstance(e, Started)]
-        return started.cached_tokens
-
-
 def run(worker: Worker, model: Model, tokens: list[int], follow: list[int] | None = None) -> Sink:
     """A greedy job of 6 tokens run to its end; then the engine settles
     (as while a client runs its tools)."""
@@ -72,10 +54,7 @@ def run(worker: Worker, model: Model, tokens: list[int], follow: list[int] | Non
     if follow is not None:
         job.follow = lambda: follow
     worker.submit(job)
-    deadline = time.monotonic() + 120
-    while not (sink.done.is_set() and worker.idle()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+    wait_for(lambda: sink.done.is_set() and worker.idle(), timeout=120)
     return sink
 
 

@@ -4,33 +4,17 @@ back. On a real tiny model (it writes '"' for ever)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.runs import Sink, wait_for
 
-from engy_local.chat import Finished, Started
+from engy_local.chat import Finished
 from engy_local.errors import Busy
 from engy_local.prompt.prepare import SamplingParams
 from engy_local.runtime.model import LoadOptions, Model
 from engy_local.runtime.worker import Job, Worker
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-        self.done = threading.Event()
-
-    def __call__(self, item: Any) -> None:
-        self.events.append(item)
-        if item is None:
-            self.done.set()
-
-    def started(self) -> bool:
-        return any(isinstance(e, Started) for e in self.events)
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +28,6 @@ def job(model: Model, sink: Sink, max_tokens: int = 100_000) -> Job:
     )
     parser = model.family.parser(tools={}, thinking=False, new_id=lambda: "call_1")
     return Job(tokens, SamplingParams(max_tokens=max_tokens, temperature=0), parser, sink)
-
-
-def wait_for(check: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_cancelled_waiting_jobs_give_up_their_places(endless: Model) -> None:
@@ -123,8 +100,7 @@ def test_the_next_turns_start_is_read_in_after_an_answer(endless: Model) -> None
         second.follow = follow
         worker.submit(second)
         wait_for(lambda: seen.done.is_set() and worker.idle())
-        [started] = [e for e in seen.events if isinstance(e, Started)]
-        assert started.cached_tokens == len(start)
+        assert seen.cached() == len(start)
         assert held_after_answer and slot.held == held_after_answer  # nothing read in
     finally:
         worker.close()
