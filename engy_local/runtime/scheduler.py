@@ -24,6 +24,7 @@ from ..chat import PromptProgress, Started
 from ..errors import ContextFull, EngyError, ServerError
 from ..prompt.assemble import AnswerAssembler
 from ..prompt.detokenize import TextEnd, TokenText
+from . import widen
 from .context import Context
 from .diskcache import DiskTier
 from .job import Job
@@ -32,7 +33,7 @@ from .prefixes import MIN_SAVE, Prefixes, points
 from .running import Fed, Running
 from .sampling import Sampler
 from .slots import Slot, choose, common_prefix, usable_length, worth_pre_reading
-from .speculate import SIZES, Costs, Drafter, Gate, Recent, measure, output_rows
+from .speculate import SHARE, SIZES, Costs, Drafter, Gate, Recent, measure, output_rows
 
 log = logging.getLogger("engy.requests")
 
@@ -43,9 +44,8 @@ class Scheduler:
         # A recurrent state can take a draft back only from llama.cpp's
         # snapshots of it (dropped again if drafts do not pay: _gate).
         draft_max = model.draft_max if model.speculative != "off" else 0
-        self.ctx = Context(
-            model, rollback=draft_max, outputs=output_rows(model.parallel, draft_max)
-        )
+        rollback = min(draft_max, SHARE)  # each snapshot is a copy of every state
+        self.ctx = Context(model, rollback=rollback, outputs=output_rows(model.parallel, draft_max))
         self.slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.disk = disk
         self.prefixes = Prefixes(model, self.ctx, self.slots, disk)
@@ -70,6 +70,8 @@ class Scheduler:
         read 7-10% slower, the CPUs a tenth idle)."""
         try:
             self.gate = self._gate()
+            if self.gate is not None:  # rows past the answer can be taken back
+                self.gate.pads = self.model.n_swa <= 0 and not self.model.recurrent
         except Exception:  # drafting is an optimisation: the model serves without it
             name = self.model.path.name
             log.exception("%s: speculative decoding off (timing steps failed)", name)
@@ -324,6 +326,7 @@ class Scheduler:
         if gate is None or not generating:
             return {}
         room = self.ctx.n_batch - sum(1 + len(r.pending) for r in generating)
+        room = min(room, self.ctx.outputs - len(generating))  # rows of logits
         guesses = {}
         for r in generating:
             left = min(self.model.n_ctx - len(r.slot.held) - 2, r.text.left - 1)
@@ -366,20 +369,25 @@ class Scheduler:
         being read wait for the generating requests, and a prompt that does
         not fit even alone fails with ContextFull."""
         outputs, fed = self._build(prompts=True)
+        built = self.ctx.batch.n
+        pad = widen.pad(self.ctx.batch, self.gate, fed, self.model.n_ctx)
         while True:
             try:
                 t0 = time.perf_counter()
                 if self.ctx.decode():
-                    if self.gate is not None and not any(f.reading for f in fed):
-                        took, n = time.perf_counter() - t0, self.ctx.batch.n
-                        # Tokens a row attends to, on average: its sequence's.
-                        held = sum(len(f.tokens) * len(f.running.slot.held) for f in fed)
-                        self.gate.observe(n, took, held // max(1, n))
+                    took, n = time.perf_counter() - t0, self.ctx.batch.n
+                    if pad:
+                        self.ctx.cut(*pad)
+                    if self.gate is not None:  # what a row attended to, on average
+                        self.gate.observe(n, took, widen.attended(fed, n - built) // n)
                     return outputs, fed
             except EngyError as exc:
                 for f in fed:
                     self._fail(f.running, exc, forget=True)
                 return None
+            if pad:  # no room for the padding: the step as built
+                self.ctx.batch.n, pad = built, None
+                continue
             if self.prefixes.evict_idle():
                 continue
             readers = [f.running for f in fed if f.reading]

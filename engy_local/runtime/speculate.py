@@ -58,6 +58,12 @@ DECAY = 0.8  # what a draft's outcome still counts one draft later
 RISE = 1.05  # the most a step size's cost goes up for one slower step observed
 RUN = 8  # output tokens that followed a drafter's source: evidence enough to draft on
 LONG = 1024  # tokens a row attends to, from which a step is timed for its attention
+# llama.cpp's CPU flash attention takes a step of 64 rows or more in tiles
+# (GGML_FA_TILE_Q), a narrower one a row at a time: over 2k cached tokens on
+# Qwen2.5-Coder-0.5B, 16 rows cost 0.52 s, 64 rows 0.43 s. Both kinds of
+# step are timed apart (other backends may price them alike).
+WIDE = 64
+PROBE = 8  # rows from which a step over a long sequence is padded to time a wide one
 FOLLOW = 0.5  # how far one such step moves the estimate of that cost
 RECENT = 8  # answers kept for drafts across requests
 RECENT_TOKENS = 4096  # the most of one answer kept (its end)
@@ -67,12 +73,16 @@ LEAD = 16  # prompt tokens kept before an answer: what a repeat agrees with
 _APART = np.asarray([-1], dtype="<i4").tobytes()
 
 
+SHARE = 16  # drafted tokens a sequence is sure of room for, beside the others
+
+
 def output_rows(n_seq: int, draft_max: int) -> int:
     """The most tokens one step asks logits for: each sequence's next token
-    and its draft; the steps the scheduler times while drafts are measured."""
+    and a draft of SHARE (one sequence's of draft_max, beside the others'
+    next tokens); the steps the scheduler times while drafts are measured."""
     if not draft_max:
         return n_seq
-    return max(n_seq * (1 + draft_max), max(SIZES))
+    return max(n_seq * (1 + min(draft_max, SHARE)), n_seq + draft_max, max(SIZES))
 
 
 class Recent:
@@ -227,6 +237,8 @@ class Costs:
 
     def of(self, tokens: int) -> float:
         sizes = np.asarray(SIZES[: len(self.seconds)], dtype=float)
+        if tokens > sizes[-1]:  # a prompt's chunk: the widest step's cost a row
+            return float(self.seconds[-1] * tokens / sizes[-1])
         return float(np.interp(tokens, sizes, self.seconds))
 
 
@@ -255,9 +267,41 @@ class Gate:
     why: str = ""  # why drafting is off, when it is (for the log)
     waited: int = 0  # steps since a probe, while drafting does not pay at all
     fixed: bool = False  # costs given, not measured ("on": draft whatever it costs)
+    pads: bool = False  # a step may take rows it takes back (widen.py): plain attention
     # Seconds one row of a step spends per token its sequence holds (the
-    # costs above are of a nearly empty cache), from steps over long ones.
+    # costs above are of a nearly empty cache), from steps over long ones:
+    # of fewer than WIDE rows, and of WIDE or more (None: none timed yet).
     per_cell: float = 0.0
+    wide_cell: float | None = None
+
+    def _cell(self, rows: int) -> float:
+        if rows >= WIDE and self.wide_cell is not None:
+            return self.wide_cell
+        return self.per_cell
+
+    def step(self, rows: int, cells: int) -> float:
+        """Seconds a step of `rows` rows takes, attending to `cells` tokens
+        in all (each row to its sequence's)."""
+        return self.costs.of(rows) + cells * self._cell(rows)
+
+    def pad(self, rows: int, cells: int, attend: int, probe: bool = False) -> int:
+        """Rows to add to a step of `rows` rows (`cells` attended to in
+        all) so that it runs as a wide one, where that is cheaper by the
+        margin; each added row attends to `attend` tokens. 0: as it is.
+        `probe`: while no wide step over a long sequence has been timed,
+        a step of PROBE rows or more over one is padded, to time it."""
+        if rows >= WIDE or self.fixed or not self.pads:
+            return 0
+        extra = WIDE - rows
+        if self.wide_cell is None:
+            return extra if probe and rows >= PROBE and cells >= LONG * rows else 0
+        wide = self.step(WIDE, cells + extra * attend)
+        return extra if self.margin * wide < self.step(rows, cells) else 0
+
+    def _best(self, rows: int, cells: int, attend: int) -> float:
+        """A step's cost, padded where that is cheaper (pad)."""
+        extra = self.pad(rows, cells, attend)
+        return self.step(rows + extra, cells + extra * attend)
 
     def lengths(
         self,
@@ -288,6 +332,7 @@ class Gate:
         per_row = self.costs.of(rows) / max(1, rows)  # the weights' share of a row now
         out: dict[int, int] = {}
         extra = 0
+        cells = sum(held.values())  # what the step's rows attend to so far
         for seq, available in wants.items():
             stat = self.stats.setdefault(seq, Acceptance())
             run = followed.get(seq, 0)
@@ -296,20 +341,26 @@ class Gate:
                 if stat.idle < RETRY and run < RUN:
                     continue
                 stat = self.stats[seq] = Acceptance(length=1)  # try again, as a newcomer
-            rate, base = max(stat.rate, run / (run + 2)), self.costs.of(rows + extra)
-            attend = self.per_cell * held.get(seq, 0)  # what each of its rows attends to
-            per_token = per_row + attend  # what one output of this sequence costs
+            rate, own = max(stat.rate, run / (run + 2)), held.get(seq, 0)
+            base = self._best(rows + extra, cells, own)
+            per_token = per_row + self.per_cell * own  # what one output of it costs
             length = max(stat.length, run if run >= RUN else 0)
+            most = min(available, self.cap)
+            top = min(length, most)
+            if self.pad(rows + extra + top, cells + top * own, own):
+                # The step is padded to WIDE rows anyway: drafts fill them for free.
+                top = max(top, min(most, WIDE - rows - extra))
             best, gain, expected = 0, 0.0, 0.0
-            for k in range(1, min(length, available, self.cap) + 1):
+            for k in range(1, top + 1):
                 expected += rate**k  # tokens a k-token draft is expected to keep
-                cost = self.costs.of(rows + extra + k) - base + k * attend
+                cost = self._best(rows + extra + k, cells + k * own, own) - base
                 value = expected * per_token - self.margin * cost
                 if value > gain:
                     best, gain = k, value
             if best:
                 out[seq] = best
                 extra += best
+                cells += best * own
             else:
                 # Its drafts do not pay now: rest a while, then try again
                 # (else one early miss would stop a sequence for good: its
@@ -325,6 +376,14 @@ class Gate:
         if self.fixed:
             return
         weights = self.costs.of(tokens)
+        if tokens >= WIDE and cells >= LONG:
+            # Only a step of a timed size: past it, what a row of weights
+            # costs is a guess (a prompt's wide chunks cost less a row).
+            if tokens in SIZES[: len(self.costs.seconds)]:
+                seen = max(seconds - weights, 0.0) / (tokens * cells)
+                now = seen if self.wide_cell is None else self.wide_cell
+                self.wide_cell = now + FOLLOW * (seen - now)
+            return
         if cells >= LONG and seconds > weights:
             seen = (seconds - weights) / (tokens * cells)
             self.per_cell += FOLLOW * (seen - self.per_cell)
@@ -332,7 +391,7 @@ class Gate:
         if tokens not in SIZES[: len(self.costs.seconds)]:
             return
         # The weights' part (never all of it: per_cell may be high for now).
-        seconds = max(seconds - self.per_cell * tokens * cells, 0.1 * seconds)
+        seconds = max(seconds - self._cell(tokens) * tokens * cells, 0.1 * seconds)
         i = SIZES.index(tokens)
         seconds_now = list(self.costs.seconds)
         seconds_now[i] = min(seconds, seconds_now[i] * RISE)

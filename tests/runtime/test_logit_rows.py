@@ -52,7 +52,16 @@ def compute(model: Model, outputs: int) -> int:
 
 @pytest.mark.parametrize(
     ("n_seq", "draft_max", "rows"),
-    [(4, 0, 4), (1, 0, 1), (4, 16, 68), (1, 16, max(SIZES)), (2, 4, max(SIZES))],
+    [
+        (4, 0, 4),
+        (1, 0, 1),
+        (4, 16, 68),
+        (1, 16, max(SIZES)),
+        (2, 4, max(SIZES)),
+        (4, 64, 68),
+        (1, 64, 65),
+        (8, 64, 136),
+    ],
 )
 def test_a_step_asks_for_a_row_a_sequence_and_a_row_a_drafted_token(
     n_seq: int, draft_max: int, rows: int
