@@ -106,7 +106,7 @@ def serve(
     ] = "auto",
     draft_max: Annotated[
         int, _opt("The longest draft speculative decoding verifies", SESSIONS, min=1, max=64)
-    ] = 64,
+    ] = 16,
     cache_disk: Annotated[
         Optional[Path],
         _opt("Directory of the prompt cache on disk (default: $ENGY_HOME/kvcache)", SESSIONS),

@@ -47,7 +47,7 @@ class LoadOptions:
     tensor_split: tuple[float, ...] = ()  # weights of the offload devices, in order
     digest: str | None = None  # sha256 of the weights where the store knows it
     speculative: str = "auto"  # drafts from the conversation where they pay; "off"
-    draft_max: int = 64  # the longest draft
+    draft_max: int = 16  # the longest draft
     cache_type_k: str = "f16"  # the KV cache's types (memory.KV_TYPES)
     cache_type_v: str = "f16"
     cpu_moe: int = 0  # MoE layers whose experts stay in CPU memory: the first N; -1: all

@@ -331,7 +331,7 @@ class Scheduler:
         for r in generating:
             left = min(self.model.n_ctx - len(r.slot.held) - 2, r.text.left - 1)
             if left > 0 and r.drafter is not None:
-                guess = r.drafter.draft(min(gate.cap, left))
+                guess = r.drafter.draft(min(gate.reach, left))
                 if guess:
                     guesses[r.slot.id] = guess
         followed = {r.slot.id: r.drafter.followed for r in generating if r.drafter is not None}

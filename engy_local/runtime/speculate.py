@@ -30,9 +30,11 @@ llama_decode step as every other sequence's token.
   at a few thousand can cost more than the weights (on a CPU with flash
   attention, Qwen2.5-Coder-0.5B at 3.2k tokens: a step of 17 rows 0.9 s
   against 0.12 s empty), so steps over long sequences time that part
-  alone, per row and token attended to (`per_cell`). A sequence drafts
+  alone, per row and token attended to (`per_cell`; `wide_cell` for
+  steps of WIDE rows, another kernel: widen.py). A sequence drafts
   only as far as its expected accepted tokens are worth more than the
-  extra rows cost beside what the step already holds. Where no draft, even
+  extra rows cost beside what the step already holds; where the step is
+  padded to WIDE rows anyway, its draft fills them. Where no draft, even
   one kept whole, could pay (`pays_at_all`), one sequence drafts one token
   every RETRY steps, which times a step of two rows again. Acceptance is
   tracked per sequence: drafts lengthen as they are accepted and shorten
@@ -274,6 +276,12 @@ class Gate:
     per_cell: float = 0.0
     wide_cell: float | None = None
 
+    @property
+    def reach(self) -> int:
+        """The longest draft asked for: the cap, or a wide step's rows
+        where a step may be padded to them (lengths fills them)."""
+        return max(self.cap, WIDE - 1) if self.pads else self.cap
+
     def _cell(self, rows: int) -> float:
         if rows >= WIDE and self.wide_cell is not None:
             return self.wide_cell
@@ -345,11 +353,10 @@ class Gate:
             base = self._best(rows + extra, cells, own)
             per_token = per_row + self.per_cell * own  # what one output of it costs
             length = max(stat.length, run if run >= RUN else 0)
-            most = min(available, self.cap)
-            top = min(length, most)
+            top = min(length, available, self.cap)
             if self.pad(rows + extra + top, cells + top * own, own):
-                # The step is padded to WIDE rows anyway: drafts fill them for free.
-                top = max(top, min(most, WIDE - rows - extra))
+                # The step is padded to WIDE rows anyway: a draft fills them for free.
+                top = max(top, min(available, WIDE - rows - extra))
             best, gain, expected = 0, 0.0, 0.0
             for k in range(1, top + 1):
                 expected += rate**k  # tokens a k-token draft is expected to keep

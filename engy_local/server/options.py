@@ -46,7 +46,7 @@ class ServeOptions:
     cache_disk: Path | None = None  # the disk tier's directory; None: $ENGY_HOME/kvcache
     cache_disk_size: int = DEFAULT_DISK_CACHE  # bytes on disk, all models together; 0: off
     speculative: str = "auto"  # drafts from the conversation where they pay; "off"
-    draft_max: int = 64  # the longest draft
+    draft_max: int = 16  # the longest draft
     repack: bool | None = None  # CPU weight repacking; None: the AMX guard decides
     no_api_key: bool = False  # serve off loopback without a key, on purpose
     allow_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ("*": any)

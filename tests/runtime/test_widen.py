@@ -25,7 +25,7 @@ NARROW, TILED = 13e-6, 1.5e-7
 
 
 def gate(wide: float | None = TILED, pads: bool = True) -> Gate:
-    return Gate(EMPTY, cap=64, per_cell=NARROW, wide_cell=wide, pads=pads)
+    return Gate(EMPTY, per_cell=NARROW, wide_cell=wide, pads=pads)  # drafts of 16
 
 
 @pytest.mark.parametrize(("rows", "held", "wide", "pads", "probe", "padded"), [
@@ -50,12 +50,15 @@ def test_a_step_is_padded_where_a_wide_one_costs_less(
 
 def test_a_copy_over_a_long_sequence_drafts_the_rows_a_wide_step_holds() -> None:
     """A copy under way (a run of 40 tokens as its source said) over 3.2k
-    tokens: 63 drafted tokens make a step of 64 rows, which costs less than
-    one of 17; where wide rows cost as much as narrow ones, 16 or fewer."""
+    tokens: 63 drafted tokens (past --draft-max's 16) make a step of 64
+    rows, which costs less than one of 17; where wide rows cost as much as
+    narrow ones, or the model's steps cannot be padded, 16 or fewer."""
     wide, flat = gate(), gate(NARROW)
     lengths = wide.lengths(1, {0: 64}, {0: 40}, {0: 3200})
     assert lengths == {0: WIDE - 1}
     assert 0 < flat.lengths(1, {0: 64}, {0: 40}, {0: 3200})[0] <= 16
+    assert 0 < gate(pads=False).lengths(1, {0: 64}, {0: 40}, {0: 3200})[0] <= 16
+    assert (wide.reach, flat.reach, gate(pads=False).reach) == (WIDE - 1, WIDE - 1, 16)
     # Not a copy (its first draft, no run): no more than a newcomer's 4.
     assert sum(gate().lengths(1, {1: 64}, {1: 0}, {1: 3200}).values()) <= 4
 
