@@ -376,8 +376,8 @@ class Scheduler:
                 t0 = time.perf_counter()
                 if self.ctx.decode():
                     took, n = time.perf_counter() - t0, self.ctx.batch.n
-                    if pad:
-                        self.ctx.cut(*pad)
+                    if pad and not self.ctx.cut(*pad):
+                        raise ServerError("the KV cache could not take back a step's padding")
                     if self.gate is not None:  # what a row attended to, on average
                         self.gate.observe(n, took, widen.attended(fed, n - built) // n)
                     return outputs, fed
