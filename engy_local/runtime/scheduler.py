@@ -379,7 +379,7 @@ class Scheduler:
                     if pad and not self.ctx.cut(*pad):
                         raise ServerError("the KV cache could not take back a step's padding")
                     if self.gate is not None:  # what a row attended to, on average
-                        self.gate.observe(n, took, widen.attended(fed, n - built) // n)
+                        self.gate.observe(n, took, widen.attended(fed, n - built) // max(1, n))
                     return outputs, fed
             except EngyError as exc:
                 for f in fed:

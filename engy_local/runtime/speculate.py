@@ -376,10 +376,11 @@ class Gate:
         return out
 
     def observe(self, tokens: int, seconds: float, cells: int = 0) -> None:
-        """A generating step of `tokens` rows, each attending to `cells`
-        tokens on average, took `seconds`. Over long sequences, what it took
-        beyond the weights' cost is its attention's (per_cell follows it);
-        else that size's cost follows it, down at once, up by at most RISE."""
+        """A step of `tokens` rows (generating or reading a prompt), each
+        attending to `cells` tokens on average, took `seconds`. Over long
+        sequences, what it took beyond the weights' cost is its attention's
+        (per_cell or wide_cell follows it); else that size's cost follows
+        it, down at once, up by at most RISE."""
         if self.fixed:
             return
         weights = self.costs.of(tokens)
