@@ -135,11 +135,10 @@ def choose(
 
     own = {s.id: reach(s) for s in slots}
 
-    def loss(s: Slot, cache: bool = True) -> int:
-        """Tokens only `s` holds (and, with `cache`, the RAM cache does not)
-        that taking it for `prompt` would drop."""
+    def loss(s: Slot) -> int:
+        """Tokens only `s` holds that taking it for `prompt` would drop."""
         dropped = len(s.held) - own[s.id]
-        if dropped < SMALL_LOSS or (cache and saved(s.held)):
+        if dropped < SMALL_LOSS or saved(s.held):
             return 0
         for other in slots:
             if other is not s and other.held[: len(s.held)] == s.held:
@@ -147,13 +146,11 @@ def choose(
         return dropped
 
     def rank(s: Slot) -> tuple[int, int, int]:
-        if replaces or loss(s, cache=False) == 0:  # nothing is lost: the most of the prompt
+        if replaces or loss(s) == 0:  # nothing is lost: the most of the prompt already there
             return (0, -own[s.id], s.used)
-        if loss(s) == 0:  # kept in the RAM cache, but its next turn would restore it from there
-            return (1, -own[s.id], s.used)
         # Then the least recently used, however long: a stale conversation
         # goes (to the RAM cache, when worth saving) before one that just spoke.
-        return (2, 0, s.used)
+        return (1, 0, s.used)
 
     target = min(free, key=rank)
     options = [Option("self", own[target.id])]

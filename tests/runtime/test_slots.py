@@ -56,24 +56,6 @@ def test_a_shared_prefix_is_copied_into_a_free_sequence() -> None:
     assert plan.options[0] == Option("copy", len(SYSTEM), 0)
 
 
-def test_a_conversation_the_ram_cache_holds_keeps_its_sequence_too() -> None:
-    # Its state parked in the RAM cache (at every admission): another
-    # conversation, or a side request, still takes a free sequence (copying
-    # the shared prefix), so the next turn finds its own where it was,
-    # without a restore.
-    def parked(tokens: list[int]) -> bool:
-        return tokens == CONV_A
-
-    plan = choose(CONV_B, slots(CONV_A, []), 0, 256, saved=parked)
-    assert plan is not None and plan.slot == 1 and not plan.save
-    assert plan.options[0] == Option("copy", len(SYSTEM), 0)
-    plan = choose(TITLE, slots(CONV_A, [], []), 0, 256, saved=parked)
-    assert plan is not None and plan.slot in (1, 2)
-    # With no other free sequence it is taken, and not saved again.
-    plan = choose(CONV_B, slots(CONV_A), 0, 256, saved=parked)
-    assert plan is not None and plan.slot == 0 and not plan.save
-
-
 def test_a_busy_sequence_can_donate_its_prefix() -> None:
     plan = choose(CONV_B, slots(CONV_A, [], busy=(0,)), 0, 256)
     assert plan is not None and plan.slot == 1
