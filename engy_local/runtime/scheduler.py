@@ -326,7 +326,7 @@ class Scheduler:
         if gate is None or not generating:
             return {}
         room = self.ctx.n_batch - sum(1 + len(r.pending) for r in generating)
-        room = min(room, self.ctx.outputs - len(generating))  # rows of logits
+        room = min(room, self.ctx.outputs - self.ctx.n_seq)  # rows of logits, one a sequence kept
         guesses = {}
         for r in generating:
             left = min(self.model.n_ctx - len(r.slot.held) - 2, r.text.left - 1)

@@ -80,11 +80,13 @@ SHARE = 16  # drafted tokens a sequence is sure of room for, beside the others
 
 def output_rows(n_seq: int, draft_max: int) -> int:
     """The most tokens one step asks logits for: each sequence's next token
-    and a draft of SHARE (one sequence's of draft_max, beside the others'
-    next tokens); the steps the scheduler times while drafts are measured."""
+    (or its prompt's last) and a draft of SHARE, or one sequence's draft of
+    draft_max or of a wide step's rows beside the others' (the scheduler
+    keeps a row a sequence out of the drafts' room); the steps timed while
+    drafts are measured."""
     if not draft_max:
         return n_seq
-    return max(n_seq * (1 + min(draft_max, SHARE)), n_seq + draft_max, max(SIZES))
+    return max(n_seq * (1 + min(draft_max, SHARE)), n_seq + draft_max, WIDE + n_seq, max(SIZES))
 
 
 class Recent:

@@ -20,7 +20,7 @@ from engy_local.runtime.context import BATCH, Context
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import Model
 from engy_local.runtime.pool import ModelPool
-from engy_local.runtime.speculate import SIZES, output_rows
+from engy_local.runtime.speculate import WIDE, output_rows
 
 MIB = 1 << 20
 
@@ -50,23 +50,31 @@ def compute(model: Model, outputs: int) -> int:
         ctx.close()
 
 
-@pytest.mark.parametrize(
-    ("n_seq", "draft_max", "rows"),
-    [
-        (4, 0, 4),
-        (1, 0, 1),
-        (4, 16, 68),
-        (1, 16, max(SIZES)),
-        (2, 4, max(SIZES)),
-        (4, 64, 68),
-        (1, 64, 65),
-        (8, 64, 136),
-    ],
-)
+@pytest.mark.parametrize(("n_seq", "draft_max", "rows"), [
+    (4, 0, 4),
+    (1, 0, 1),
+    (4, 16, 68),
+    (1, 16, 65),  # a draft filling a wide step (63) beside its token, and a row kept
+    (2, 4, 66),
+    (4, 64, 68),
+    (1, 64, 65),
+    (8, 64, 136),
+])  # fmt: skip
 def test_a_step_asks_for_a_row_a_sequence_and_a_row_a_drafted_token(
     n_seq: int, draft_max: int, rows: int
 ) -> None:
     assert output_rows(n_seq, draft_max) == rows
+
+
+@pytest.mark.parametrize("n_seq", range(1, 9))
+def test_a_draft_filling_a_wide_step_fits_beside_every_other_sequence(n_seq: int) -> None:
+    """One sequence drafts the 63 tokens of a wide step (speculate.WIDE)
+    while every other one reads its prompt's last token in the same step:
+    the rows of logits hold them all, and the drafts' room (the rows less
+    one a sequence, as the scheduler keeps) holds the whole draft."""
+    rows = output_rows(n_seq, 16)
+    assert 1 + (WIDE - 1) + (n_seq - 1) <= rows
+    assert rows - n_seq >= WIDE - 1
 
 
 def test_the_rows_are_never_more_than_a_batch_nor_fewer_than_the_sequences(gemma: Model) -> None:
