@@ -393,6 +393,7 @@ class Scheduler:
             readers = [f.running for f in fed if f.reading]
             if readers and len(readers) < len(fed):
                 outputs, fed = self._build(prompts=False)  # the prompts wait a step
+                built = self.ctx.batch.n
                 continue
             busy = sum(s.busy for s in self.slots)
             err = ContextFull(
