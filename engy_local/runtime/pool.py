@@ -294,9 +294,10 @@ class ModelPool:
         return DiskTier(self._disk_budget, identity, layout)
 
     def _make_room(self, cost: int) -> None:
-        """Unload idle models, least recently used first, until `cost` fits."""
+        """Unload idle models, least recently used first, until `cost` fits
+        (one that only reads an answer's next turn in counts as idle)."""
         while self._loaded and self._used() + cost > self.memory_budget:
-            idle = [m for m, lm in self._loaded.items() if lm.worker.idle()]
+            idle = [m for m, lm in self._loaded.items() if not lm.worker.serving()]
             if not idle:
                 raise Busy(
                     "the memory budget is taken by models that are busy; try again shortly",

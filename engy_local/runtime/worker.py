@@ -54,6 +54,13 @@ class Worker:
         with self._cond:
             return not self._busy and not self._waiting and not self._rendering
 
+    def serving(self) -> bool:
+        """A client's request runs or waits; an answer's next turn being
+        read in does not count (unloading the model only loses that)."""
+        with self._cond:
+            jobs = [*self._waiting, *(r.job for r in list(self.scheduler.running))]
+            return any(not job.read_only for job in jobs)
+
     def submit(self, job: Job) -> None:
         with self._cond:
             if len(self._waiting) >= self.queue_size:

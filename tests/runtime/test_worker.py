@@ -4,6 +4,7 @@ back. On a real tiny model (it writes '"' for ever)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def test_cancelled_waiting_jobs_give_up_their_places(endless: Model) -> None:
         first = job(endless, running)
         worker.submit(first)
         wait_for(running.started)  # it holds the only sequence
+        assert worker.serving()
         left = job(endless, waiting)
         worker.submit(left)
         with pytest.raises(Busy):
@@ -103,4 +105,34 @@ def test_the_next_turns_start_is_read_in_after_an_answer(endless: Model) -> None
         assert seen.cached() == len(start)
         assert held_after_answer and slot.held == held_after_answer  # nothing read in
     finally:
+        worker.close()
+
+
+def test_a_model_reading_a_next_turn_in_serves_no_client(endless: Model) -> None:
+    """While an ended answer's next turn is rendered and read in, the
+    model is not idle (keep-alive waits) but serves no client: the pool
+    may unload it for another model instead of answering 429."""
+    worker = Worker(endless, queue_size=4)
+    rendering = threading.Event()
+    go_on = threading.Event()
+    try:
+        first, sink = job(endless, Sink(), max_tokens=4), Sink()
+        first = replace(first, emit=sink)
+
+        def follow() -> list[int]:
+            rendering.set()
+            go_on.wait(timeout=30)
+            return [*first.tokens, *endless.tokenize(" Hello there")]
+
+        first.follow = follow
+        assert not worker.serving()
+        worker.submit(first)
+        wait_for(rendering.is_set)
+        wait_for(sink.done.is_set)
+        assert not worker.idle() and not worker.serving()
+        go_on.set()
+        wait_for(worker.idle)
+        assert not worker.serving()
+    finally:
+        go_on.set()
         worker.close()
