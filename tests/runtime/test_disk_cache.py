@@ -235,7 +235,7 @@ def test_gemma_resumes_a_new_conversation_after_its_system_prompt(
     from engy_local.server.backends import resolve_model
     from engy_local.server.options import ServeOptions
 
-    served = resolve_model(None, ServeOptions())
+    served = resolve_model(str(gemma_path), ServeOptions())
     options = replace(served.options, threads=2, parallel=2, ctx_size=8192)
     served = replace(served, id="m", aliases=(), options=options)
     system = Message("system", (Text(prompt_text(11, 90)),))

@@ -65,7 +65,7 @@ def gemma(gemma_path: Path) -> Iterator[ModelPool]:
     from engy_local.server.backends import resolve_model
     from engy_local.server.options import ServeOptions
 
-    pool = load(resolve_model(None, ServeOptions()))
+    pool = load(resolve_model(str(gemma_path), ServeOptions()))
     yield pool
     pool.close()
 

@@ -391,7 +391,7 @@ def gemma(gemma_path: Path) -> ServedModel:
     from engy_local.server.backends import resolve_model
     from engy_local.server.options import ServeOptions
 
-    return resolve_model(None, ServeOptions(ctx_size=4096))
+    return resolve_model(str(gemma_path), ServeOptions(ctx_size=4096))
 
 
 # The most llama.cpp moved one of gemma's logits between a step of one row
