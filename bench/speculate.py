@@ -22,7 +22,8 @@ Each server's figures also say how many tokens were drafted and accepted
 (from its log) and whether its answer is engy's: greedy answers part at
 near-ties (llama-server builds another llama.cpp), and a server that wrote
 other text (gemma-3-270m, a base model, may loop on a line instead of
-copying) did other work. Not a test; about ten minutes on 2 cores.
+copying) did other work; each answer is kept beside the logs (NAME.METRIC.ROUND.txt).
+Not a test; about ten minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -235,6 +236,8 @@ def main() -> None:
                         continue
                     figures[name].setdefault(metric, []).append(value)
                     texts[name].setdefault(metric, text)
+                    answer = logs / f"{name.replace(' ', '-')}.{metric.split()[0]}.{r + 1}.txt"
+                    answer.write_text(text)  # to read where answers part
                     time.sleep(0.2)  # the log line follows the stream's end
                     read = acceptance if dialect == "engy" else llama_acceptance
                     drafts[name].setdefault(metric, []).append(read(server.log, since))
