@@ -30,7 +30,6 @@ class Running:
     points: tuple[int, ...] = ()  # prompt positions to checkpoint at (prefixes.points)
     drafter: Drafter | None = None  # its own tokens, for drafts (None: no drafting)
     draft: list[int] = field(default_factory=list)  # this step's draft
-    expect: list[int] = field(default_factory=list)  # its drafter's guess: the draft and on
     pending: list[int] = field(default_factory=list)  # output, still to feed before next_token
     scaffold: bool = False  # its forced call's fixed start was output
     drafted: int = 0

@@ -21,8 +21,6 @@ from ..prompt.prepare import SamplingParams
 from .model import Model
 
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
-# Logits: a greedy draw keeps a drafted token this close to the top one.
-TIE = 0.25
 
 
 def check_grammar(gbnf: str, root: str = "root") -> bool:
@@ -49,17 +47,6 @@ def _grammar(model: Model, params: SamplingParams) -> Any:
     return llama_cpp.llama_sampler_init_grammar_lazy_patterns(
         model.vocab, gbnf, b"root", patterns, len(params.triggers), ids, len(tokens)
     )
-
-
-def greedy(logits: np.ndarray, drafted: int = -1) -> int:
-    """The top token, or `drafted` where its logit is within TIE of the
-    top one's: a tie that a step of another shape could round either way,
-    settled for the text the draft came from (a file being copied, the
-    last answer to the same request)."""
-    token = int(logits.argmax())
-    if 0 <= drafted < len(logits) and logits[drafted] >= logits[token] - TIE:
-        return drafted
-    return token
 
 
 class Sampler:
@@ -96,17 +83,15 @@ class Sampler:
         self.model = model
         self._after_digit = False  # the last token ended in a digit
 
-    def sample(self, ctx: llama_cpp.llama_context_p, index: int, drafted: int = -1) -> int:
-        """The next token from the logits of batch position `index`.
-        `drafted`: the token a draft has there; greedy keeps it where it is
-        within TIE of the top token (speculate.py, Verifying)."""
+    def sample(self, ctx: llama_cpp.llama_context_p, index: int) -> int:
+        """The next token from the logits of batch position `index`."""
         if self.greedy:
             # numpy's argmax over the logits: 0.03 ms on Qwen's 151k tokens,
             # where llama_sampler_sample fills a fresh candidate array each
             # call (0.35 ms, >1% of a CPU decode step). Ties go to the
             # lowest id in both.
-            raw = llama_cpp.llama_get_logits_ith(ctx, index)
-            token = greedy(np.ctypeslib.as_array(raw, shape=(self.n_vocab,)), drafted)
+            logits = llama_cpp.llama_get_logits_ith(ctx, index)
+            token = int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
         else:
             token = int(llama_cpp.llama_sampler_sample(self.chain, ctx, index))
         if self.grammar is None:

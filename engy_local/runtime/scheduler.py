@@ -331,8 +331,7 @@ class Scheduler:
         for r in generating:
             left = min(self.model.n_ctx - len(r.slot.held) - 2, r.text.left - 1)
             if left > 0 and r.drafter is not None:
-                # Drafted or not, the guess settles a greedy near tie (_verify).
-                r.expect = guess = r.drafter.draft(min(gate.reach, left))
+                guess = r.drafter.draft(min(gate.reach, left))
                 if guess:
                     guesses[r.slot.id] = guess
         followed = {r.slot.id: r.drafter.followed for r in generating if r.drafter is not None}
@@ -353,7 +352,7 @@ class Scheduler:
         in the KV cache yet)."""
         out: list[int] = []
         for k, index in enumerate(at):
-            token = r.sampler.sample(self.ctx.ctx, index, r.expect[k] if k < len(r.expect) else -1)
+            token = r.sampler.sample(self.ctx.ctx, index)
             out.append(token)
             if k >= len(r.draft) or token != r.draft[k]:
                 break
@@ -460,7 +459,7 @@ class Scheduler:
             r.slot.replace([])  # cleared: nothing of it is known now
             r.draft = []
             raise ServerError("the KV cache could not take back a draft")
-        r.draft, r.expect = [], []
+        r.draft = []
         if end is None:
             r.next_token = tokens[kept - 1]
         else:

@@ -29,13 +29,11 @@ from engy_local.chat import (
     Usage,
 )
 from engy_local.prompt.detokenize import TextEnd, TokenText
-from engy_local.runtime import sampling
 from engy_local.runtime import scheduler as scheduler_module
 from engy_local.runtime.job import Job
 from engy_local.runtime.local import ServedModel
 from engy_local.runtime.model import LoadOptions
 from engy_local.runtime.pool import ModelPool
-from engy_local.runtime.running import Running
 from engy_local.runtime.speculate import (
     LEAD,
     RECENT,
@@ -509,120 +507,3 @@ def test_a_forced_call_parses_with_speculation(tiny_qwen3: Path) -> None:
         pool.close()
     assert len(calls) == 1
     assert isinstance(json.loads(calls[0].arguments).get("path"), str)
-
-
-@pytest.mark.parametrize(("logits", "drafted", "kept"), [
-    ([0.0, 5.0, 4.9], 2, 2),    # within TIE of the top: the draft's token
-    ([0.0, 5.0, 4.75], 2, 2),   # at TIE exactly
-    ([0.0, 5.0, 4.7], 2, 1),    # further: the top token
-    ([0.0, 5.0, 4.9], -1, 1),   # no draft here
-    ([0.0, 5.0, 4.9], 1, 1),    # the draft is the top token
-    ([3.0, 3.0, 1.0], -1, 0),   # an exact tie without a draft: the lowest id
-], ids=["near", "at", "far", "none", "top", "exact tie"])  # fmt: skip
-def test_greedy_keeps_a_drafted_token_only_at_a_near_tie(
-    logits: list[float], drafted: int, kept: int
-) -> None:
-    assert sampling.TIE == 0.25
-    assert sampling.greedy(np.asarray(logits, dtype=np.float32), drafted) == kept
-
-
-def module(functions: int) -> str:
-    """Code with look-alike functions, as an agent rewrites them."""
-    nouns = ["line", "token", "block", "header", "record", "field", "entry", "chunk"]
-    verbs = ["parse", "read", "check", "split", "count", "merge", "strip", "find"]
-    out = ['"""Helpers for reading the build log."""', "", "import re", ""]
-    for i in range(functions):
-        verb, noun = verbs[i % len(verbs)], nouns[(i * 3) % len(nouns)]
-        out += [
-            "",
-            f"def {verb}_{noun}_{i}(text: str, limit: int = {10 + i}) -> list[str]:",
-            f'    """{verb.title()} each {noun} of text, at most limit of them."""',
-            "    found = []",
-            "    for part in text.splitlines():",
-            f"        if part.startswith('{noun[:3]}') and len(found) < limit:",
-            f"            found.append(part.strip().lower() + '{i}')",
-            "    return found",
-        ]
-    return "\n".join(out) + "\n"
-
-
-def nearest_tie(
-    options: LoadOptions, prompt: list[int], answer: list[int]
-) -> tuple[int, int, float]:
-    """Where a greedy answer's top token was closest to the runner-up: the
-    output index, the runner-up and the logits between them (one step over
-    the whole answer, rows of 64)."""
-    import llama_cpp
-
-    from engy_local.runtime.context import Context
-    from engy_local.runtime.model import Model
-
-    loaded = Model(replace(options, parallel=1, speculative="off"))
-    ctx = Context(loaded, outputs=64)
-    best = (-1, -1, float("inf"))
-    try:
-        tokens = prompt + answer
-        for start in range(0, len(tokens), 64):
-            ctx.batch.clear()
-            rows = range(start, min(len(tokens), start + 64))
-            for i in rows:
-                ctx.batch.add(tokens[i], i, 0, i >= len(prompt) - 1)
-            assert ctx.decode()
-            for row, i in enumerate(rows):
-                k = i - len(prompt) + 1  # the output index this row predicts
-                if not 0 <= k < len(answer):
-                    continue
-                raw = llama_cpp.llama_get_logits_ith(ctx.ctx, row)
-                logits = np.ctypeslib.as_array(raw, shape=(loaded.n_vocab,)).copy()
-                top = float(logits[answer[k]])
-                if int(logits.argmax()) != answer[k]:
-                    continue  # this row's rounding went the other way
-                logits[answer[k]] = -np.inf
-                second = int(logits.argmax())
-                if top - float(logits[second]) < best[2]:
-                    best = (k, second, top - float(logits[second]))
-    finally:
-        ctx.close()
-        loaded.close()
-    return best
-
-
-def test_a_greedy_draw_at_a_near_tie_keeps_what_the_draft_says(
-    gemma: ServedModel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Where the model's top two tokens are nearly tied, rounding decides
-    between them: a retry whose steps take other shapes than its first
-    answer's (drafted from the prompt the first time, from that answer the
-    next) could part there, and from there every draft from the last
-    answer would miss. Greedy keeps the drafted token at such a tie
-    (sampling.TIE). Here the last answer is made to take the runner-up at
-    this copy's nearest tie: the retry follows it."""
-    text = (
-        f"```python\n{module(40)}```\n\nRepeat the file above exactly, with "
-        "`parse_line_0` renamed to `parse_first_line`. Only the code."
-    )
-    request = chat(text, 160)
-    gemma = replace(gemma, options=replace(gemma.options, ctx_size=8192))
-    prompt, answer, _ = greedy_tokens(gemma, request, "on", monkeypatch)
-    at, runner_up, margin = nearest_tie(gemma.options, prompt, answer)
-    assert margin < 0.2, (at, margin)  # this copy has one, within TIE
-    other = [*answer[:at], runner_up]
-    pool = pool_of(gemma, "on")
-    retried: list[int] = []
-    advance = scheduler_module.Scheduler._advance
-
-    def keep(
-        self: scheduler_module.Scheduler, r: Running, tokens: list[int], in_cache: int
-    ) -> None:
-        retried.extend(tokens)
-        advance(self, r, tokens, in_cache)
-
-    try:
-        scheduler = pool._loaded["m"].worker.scheduler  # the test looks inside
-        answered(scheduler.recent, prompt, other)  # the last answer went the other way
-        monkeypatch.setattr(scheduler_module.Scheduler, "_advance", keep)
-        ((_, finished),) = answers(pool, [request])
-    finally:
-        pool.close()
-    assert finished.usage.drafted_tokens > at
-    assert retried[: at + 1] == other, f"parted at {at} ({margin:.3f} apart)"
