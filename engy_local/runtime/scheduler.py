@@ -70,8 +70,6 @@ class Scheduler:
         read 7-10% slower, the CPUs a tenth idle)."""
         try:
             self.gate = self._gate()
-            if self.gate is not None:  # rows past the answer can be taken back
-                self.gate.pads = self.model.n_swa <= 0 and not self.model.recurrent
         except Exception:  # drafting is an optimisation: the model serves without it
             name = self.model.path.name
             log.exception("%s: speculative decoding off (timing steps failed)", name)
@@ -92,7 +90,9 @@ class Scheduler:
             cap = min(model.draft_max, self.ctx.rollback) if model.recurrent else model.draft_max
             if model.speculative == "on":
                 return Gate(Costs(tuple(1.0 for _ in SIZES)), cap=cap, fixed=True)
-            gate = Gate(measure(self._time_step), cap=cap)
+            # Rows past the answer can be taken back: plain attention (widen.py).
+            pads = model.n_swa <= 0 and not model.recurrent
+            gate = Gate(measure(self._time_step), cap=cap, pads=pads)
             if gate.pays_at_all():
                 return gate
             if not model.recurrent:
