@@ -325,8 +325,10 @@ class Context:
     def _read(self, seq: int, state: bytes, flags: int) -> bool:
         """Puts a saved state into `seq` (the layers `flags` say); False
         where llama.cpp refused it (no room, another layout)."""
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        return bool(llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(buf), seq, flags))
+        # A pointer to the bytes, not a copy of them: copying a 44 MB state
+        # (gemma-3-270m at 11.8k tokens) took 26 ms of a 30 ms restore.
+        src = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
+        return bool(llama_cpp.llama_state_seq_set_data_ext(self.ctx, src, len(state), seq, flags))
 
     def close(self) -> None:
         if self._open:
