@@ -45,6 +45,7 @@ llama_decode step as every other sequence's token.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -240,10 +241,16 @@ class Costs:
     seconds: tuple[float, ...]
 
     def of(self, tokens: int) -> float:
-        sizes = np.asarray(SIZES[: len(self.seconds)], dtype=float)
-        if tokens > sizes[-1]:  # a prompt's chunk: the widest step's cost a row
-            return float(self.seconds[-1] * tokens / sizes[-1])
-        return float(np.interp(tokens, sizes, self.seconds))
+        # Plain Python, not np.interp: Gate.lengths asks this a few hundred
+        # times a step where a draft may fill a wide step (63 lengths).
+        seconds = self.seconds
+        i = bisect.bisect_left(SIZES, tokens, hi=len(seconds))
+        if i == len(seconds):  # a prompt's chunk: the widest step's cost a row
+            return seconds[-1] * tokens / SIZES[i - 1]
+        if i == 0 or SIZES[i] == tokens:
+            return seconds[i]
+        a, b = SIZES[i - 1], SIZES[i]
+        return seconds[i - 1] + (seconds[i] - seconds[i - 1]) * (tokens - a) / (b - a)
 
 
 def measure(run: Callable[[int], None], repeats: int = 3) -> Costs:

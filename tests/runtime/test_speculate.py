@@ -133,6 +133,17 @@ def costs(per_token: float, fixed: float) -> Costs:
     return Costs(tuple(fixed + per_token * b for b in SIZES))
 
 
+@pytest.mark.parametrize(("tokens", "seconds"), [
+    (0, 0.010), (1, 0.010), (2, 0.020),  # below and at the timed sizes
+    (3, 0.025), (12, 0.050),             # between two: a straight line
+    (64, 0.200), (128, 0.400),           # past the widest: its cost a row
+])  # fmt: skip
+def test_a_step_costs_what_the_timed_sizes_around_it_say(tokens: int, seconds: float) -> None:
+    timed = Costs((0.010, 0.020, 0.030, 0.040, 0.060, 0.100, 0.200))
+    assert timed.of(tokens) == pytest.approx(seconds)
+    assert Costs((0.010, 0.020, 0.030)).of(8) == pytest.approx(0.060)  # fewer sizes timed
+
+
 def test_the_gate_drafts_where_it_pays_and_not_where_it_does_not() -> None:
     cheap = Gate(costs(per_token=0.001, fixed=0.02))  # a step's cost is mostly fixed
     assert cheap.pays_at_all()
