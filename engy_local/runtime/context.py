@@ -32,10 +32,11 @@ _FLASH = {
 _PARTIAL = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 # Saved states go between llama.cpp and bytes objects without copies: for
-# gemma-3-270m's 11.8k-token conversation (44 MB), a ctypes copy made a
-# restore 30 ms instead of 4, and a save into a zeroed ctypes buffer, then
-# bytes() of it, 45 ms instead of 18. A new bytes object is filled once,
-# before anything else sees it, as CPython's C API allows
+# gemma-3-270m's 11.8k-token conversation (44 MB), a ctypes copy of the
+# bytes took 26 ms of a 30 ms restore, and a save into a zeroed ctypes
+# buffer, then bytes() of it, 45 ms (18 ms filling an unfilled bytes
+# object, a memset standing in for llama.cpp). A new bytes object is filled
+# once, before anything else sees it, as CPython's C API allows
 # (PyBytes_FromStringAndSize with NULL: its contents not yet set).
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes.restype = ctypes.py_object
