@@ -43,6 +43,7 @@ class Worker:
         self._cond = threading.Condition()
         self._closed = False
         self._busy = False
+        self._admitting: list[Job] = []  # taken from _waiting, not yet running
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="engy-model", daemon=True)
         self._thread.start()
@@ -58,7 +59,8 @@ class Worker:
         """A client's request runs or waits; an answer's next turn being
         read in does not count (unloading the model only loses that)."""
         with self._cond:
-            jobs = [*self._waiting, *(r.job for r in list(self.scheduler.running))]
+            running = (r.job for r in list(self.scheduler.running))
+            jobs = [*self._waiting, *self._admitting, *running]
             return any(not job.read_only for job in jobs)
 
     def submit(self, job: Job) -> None:
@@ -178,11 +180,13 @@ class Worker:
                     if self._closed:
                         break
                     self._busy = True
-                    admitted = self._admissible(scheduler.free())
+                    admitted = self._admitting = self._admissible(scheduler.free())
                 if admitted:
                     scheduler.flush()  # admitting may restore a state from disk
                 for job in admitted:
                     scheduler.admit(job)
+                with self._cond:
+                    self._admitting = []
                 try:
                     scheduler.step()
                 except EngyError as exc:

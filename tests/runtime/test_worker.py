@@ -136,3 +136,31 @@ def test_a_model_reading_a_next_turn_in_serves_no_client(endless: Model) -> None
     finally:
         go_on.set()
         worker.close()
+
+
+def test_a_client_request_being_admitted_is_served(endless: Model) -> None:
+    """Between the queue and the scheduler (admitting may restore a state
+    from disk) a client's request is in neither: the pool must not take
+    the model for idle then and unload it under the request."""
+    worker = Worker(endless, queue_size=4)
+    admitting, go_on = threading.Event(), threading.Event()
+    admit = worker.scheduler.admit
+
+    def slow_admit(j: Job) -> None:
+        admitting.set()
+        go_on.wait(timeout=30)
+        admit(j)
+
+    worker.scheduler.admit = slow_admit  # type: ignore[method-assign]
+    try:
+        sink = Sink()
+        worker.submit(job(endless, sink, max_tokens=4))
+        wait_for(admitting.is_set)
+        assert worker.serving()
+        go_on.set()
+        wait_for(sink.done.is_set)
+        wait_for(worker.idle)
+        assert not worker.serving()
+    finally:
+        go_on.set()
+        worker.close()
