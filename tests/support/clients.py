@@ -132,6 +132,12 @@ def base_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["HOME"] = str(home)
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    # A small model may follow a right call with `sleep 600000` (its Bash
+    # tool's text mentions sleeps): Claude Code then ran it in the
+    # background and, past --max-turns, waited for it, so the test ran out
+    # of time. Commands run in the foreground, each for 30 s at most.
+    env["CLAUDE_CODE_DISABLE_BACKGROUND_TASKS"] = "1"
+    env["BASH_DEFAULT_TIMEOUT_MS"] = env["BASH_MAX_TIMEOUT_MS"] = "30000"
     return env
 
 
