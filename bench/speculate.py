@@ -50,7 +50,11 @@ def python_file(functions: int) -> str:
     """A plausible module: functions of a few lines each, names that vary."""
     nouns = ["line", "token", "block", "header", "record", "field", "entry", "chunk"]
     verbs = ["parse", "read", "check", "split", "count", "merge", "strip", "find"]
-    out = ['"""Helpers for reading the build log."""', "", "import re", ""]
+    # A comment, not a module docstring, opens it: given a docstring first,
+    # gemma-3-270m (a base model) parts at a near-tie 20 tokens in between
+    # copying the file and looping on its first docstring, so servers and
+    # rounds did different work (speculative-decoding.md).
+    out = ["# Helpers for reading the build log.", "", "import re", ""]
     for i in range(functions):
         verb, noun = verbs[i % len(verbs)], nouns[(i * 3) % len(nouns)]
         name = f"{verb}_{noun}_{i}"
