@@ -19,10 +19,10 @@ every server:
     4 streams four stories at once, aggregate tokens/s
 
 Each server's figures also say how many tokens were drafted and accepted
-(from its log) and whether its answer is engy's: greedy answers part at
-near-ties (llama-server builds another llama.cpp), and a server that wrote
-other text (gemma-3-270m, a base model, may loop on a line instead of
-copying) did other work; each answer is kept beside the logs (NAME.METRIC.ROUND.txt).
+(from its log) and whether its first answer is engy's, or for how many
+characters it is alike: greedy answers part at near-ties (llama-server
+builds another llama.cpp), and a server that wrote other text did other
+work; each answer is kept beside the logs (NAME.METRIC.ROUND.txt).
 Not a test; about ten minutes on 2 cores.
 """
 
@@ -285,8 +285,14 @@ def report(
             drafted = sum(d for _, d, _ in runs)
             accepted = sum(a for _, _, a in runs)
             share = f"{100 * accepted / drafted:.0f}% accepted" if drafted else "no drafts"
-            same = texts[name].get(m) == texts["engy"].get(m)
-            answer = "engy's answer" if same else "ANOTHER ANSWER than engy's"
+            mine, engys = texts[name].get(m, ""), texts["engy"].get(m, "")
+            shared = next(
+                (i for i, (a, b) in enumerate(zip(mine, engys, strict=False)) if a != b),
+                min(len(mine), len(engys)),
+            )
+            answer = "engy's answer"
+            if mine != engys:
+                answer = f"ANOTHER ANSWER than engy's (alike for {shared} of {len(mine)} chars)"
             print(
                 f"  {name:18} {m:26} {tokens} tokens, {drafted} drafted, "
                 f"{accepted} accepted ({share}); {answer}"
