@@ -90,6 +90,9 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]  # JSON Schema (with STRING_GRAMMAR where a tool gives one)
+    # The request asked for calls that always validate (OpenAI's `strict`):
+    # a schema the grammar cannot hold whole is then refused.
+    strict: bool = False
 
     def shown_parameters(self) -> dict[str, Any]:
         """The schema as the model is shown it: without STRING_GRAMMAR (a
@@ -132,6 +135,10 @@ class JsonOutput:
     Schema); with no schema, any JSON object."""
 
     schema: dict[str, Any] | None = None
+    # `strict: true` (Responses, Chat Completions): a schema the grammar
+    # cannot hold whole is refused, naming `field` (the request's own path).
+    strict: bool = False
+    field: str = ""
 
 
 @dataclass(frozen=True)

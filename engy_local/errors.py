@@ -19,7 +19,8 @@ and mapped to each protocol's error body in one place (`protocols.anthropic
     │   └── ContextFull           503   no room in the KV cache for a prompt beside the others
     ├── GenerationTimeout         504   a generation ran past --timeout
     ├── ServerError               500   anything else that went wrong inside
-    │   └── UpstreamLost          500   an upstream's stream broke mid-answer
+    │   ├── UpstreamLost          500   an upstream's stream broke mid-answer
+    │   └── BrokenAnswer          500   an answer that breaks the schema it was asked to follow
     ├── RemoteError               any   what a server answered `engy chat --url`
     │
     │   Set-up errors, from the commands (status 500 if one ever reaches HTTP):
@@ -144,6 +145,11 @@ class ServerError(EngyError):
 
 class UpstreamLost(ServerError):
     """The upstream's stream broke or went wrong after it had begun."""
+
+
+class BrokenAnswer(ServerError):
+    """The answer ended, and breaks a part of its schema that the grammar
+    could not hold (prompt/answercheck.py): never sent as a success."""
 
 
 class RemoteError(EngyError):

@@ -20,20 +20,26 @@ from ..chat import (
     Event,
     Finished,
     StopReason,
+    TextDelta,
     ThinkingDelta,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     Usage,
 )
+from .answercheck import AnswerCheck
 from .detokenize import TextEnd
 from .toolparse import ToolParser
 
 
 class AnswerAssembler:
-    def __init__(self, parser: ToolParser, single_call: bool) -> None:
+    def __init__(
+        self, parser: ToolParser, single_call: bool, check: AnswerCheck | None = None
+    ) -> None:
         self.parser = parser
         self.single_call = single_call
+        self.check = check  # the schemas' parts the grammar could not hold
+        self._text: list[str] = []  # the answer's text, where `check` reads it
         self.called = False  # a tool call was completed
         self.repeated = False  # a call repeated an earlier one (and was dropped)
         self.reasoning = 0  # tokens whose text went to thinking
@@ -69,6 +75,8 @@ class AnswerAssembler:
                 self._held.append(event)
                 continue
             elif isinstance(event, ToolCallEnd):
+                if self.check is not None:
+                    self.check.call(self._name, event.arguments)
                 call = (self._name, _arguments(event.arguments))
                 held, self._held = self._held, []
                 self.called = True
@@ -77,6 +85,8 @@ class AnswerAssembler:
                     continue
                 self._calls.append(call)
                 out += held
+            elif isinstance(event, TextDelta) and self.check is not None:
+                self._text.append(event.text)
             out.append(event)
         return out
 
@@ -93,6 +103,8 @@ class AnswerAssembler:
         """What the parser still holds, then `Finished`."""
         events = self._guard(self.parser.finish()) if not self.repeated else []
         stop: StopReason = "tool_call" if end == "end" and self.called else end
+        if self.check is not None and stop == "end":
+            self.check.answer("".join(self._text))
         self.stop_reason = stop
         usage = Usage(prompt, cached, produced, self.reasoning, drafted, accepted)
         return [*events, Finished(stop, usage)]

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
+from .answercheck import AnswerCheck, answer_check
 from .answerformat import told
 from .autocall import call_or_answer_grammar, started_call_grammar
 from .families import Family
@@ -23,6 +24,7 @@ from .images import PlacedImages, image_placeholder, images_of, place_images
 from .layout import first_token_at, layout, token_offsets
 from .loosecalls import LooseCallParser, spellings
 from .messages import ImageSlots, to_template_messages, to_template_tools
+from .schema import gaps
 from .template import ChatTemplate
 from .toolparse import ForcedCallParser, ToolParser
 
@@ -120,6 +122,9 @@ class Prepared:
     # A forced call's fixed start (its markers, the one tool's name), as
     # tokens the engine takes without sampling.
     scaffold: tuple[int, ...] = ()
+    # The schemas' parts the grammar does not hold, checked once the answer
+    # (or a call) ends; None where the grammar holds them whole.
+    check: AnswerCheck | None = None
 
 
 def new_call_id() -> str:
@@ -253,7 +258,32 @@ def count_tokens(model: PromptModel, request: ChatRequest) -> int:
     return len(tokenize(model, render(model, request)[0])[0])
 
 
+def refuse_gaps(request: ChatRequest) -> None:
+    """Under `strict` (a format's or a tool's), a schema with a part no
+    grammar here holds is a 400 naming the keyword: the answer could break
+    it, and strict promises it will not."""
+    fmt = request.json_output
+    if fmt is not None and fmt.strict and fmt.schema is not None:
+        found = gaps(fmt.schema)
+        if found:
+            raise InvalidRequest(
+                f"{fmt.field}: strict is true, but engy's grammar cannot hold "
+                f"{'; '.join(found)}: drop it, or set strict to false (the answer is then "
+                "checked against the whole schema when it ends)",
+                fmt.field,
+            )
+    for tool in request.tools:
+        found = gaps(tool.parameters) if tool.strict else []
+        if found:
+            raise InvalidRequest(
+                f"tools: {tool.name} is strict, but engy's grammar cannot hold its "
+                f"parameters' {'; '.join(found)}: drop it, or set strict to false",
+                "tools",
+            )
+
+
 def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepared:
+    refuse_gaps(request)
     prompt, forced = render(model, request)
     tokens, media = tokenize(model, prompt)
     text = prompt.text
@@ -293,6 +323,8 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         assert request.json_output is not None
         schema = request.json_output.schema
         grammar = json_answer_grammar(schema, family, reasoning=in_thinking, may_think=may_think)
+    # The answer's text in the format (not under a forced call).
+    output = request.json_output.schema if request.json_output and not forced else None
     # Under auto, a call the model starts follows the same rules (lazily).
     lazy = None
     if tools and not forced and request.json_output is not None:
@@ -355,4 +387,5 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         answer_start=answer_start(model, request, text, offsets),
         where=where,
         scaffold=tuple(scaffold),
+        check=answer_check(names, output),
     )

@@ -1,28 +1,33 @@
-"""JSON Schema to GBNF: the rules a forced tool call's arguments follow.
+"""JSON Schema to GBNF: the rules a tool call's arguments and a structured
+answer follow.
 
-Real tool schemas (Claude Code, Codex: JSON Schema 2020-12) use more than a
-grammar can say, so each schema is first reduced (`reduced`):
-- kept: type, properties, required, additionalProperties (false or a schema),
-  items, prefixItems, enum, const, anyOf, oneOf, allOf, local $ref with
-  $defs / definitions, the date / time / date-time / uuid formats, and
-  length and item limits up to MAX_REPEAT;
-- dropped: annotations (description, title, default, examples, $schema ...),
-  number bounds (but a minimum of 0 or more rules out a minus sign),
-  pattern (a regex cannot safely become a grammar here),
-  other formats, remote $refs and everything else;
-- a schema that says nothing about its type (`{}`, `true`) means any value;
-  `false` means none (a property that may not appear).
+Each schema is first reduced (reduce.py) to what a grammar says exactly:
+type, properties, required, additionalProperties (false or a schema), items,
+prefixItems, minItems/maxItems and minLength/maxLength up to MAX_REPEAT,
+enum and const of any JSON type, anyOf, oneOf whose alternatives cannot
+overlap, allOf of object parts, local $refs with $defs / definitions
+(recursion too), integer minimum/maximum/exclusiveMinimum/exclusiveMaximum
+as digit ranges (numbers.py; integral bounds on numbers too), pattern
+(regex.py, over the JSON-escaped text) and the formats of stringformats.py.
+Annotations (description, title, default ...) and unknown keywords say
+nothing about validity and go.
+
+What no grammar here holds is a gap (`gaps`: uniqueItems, multipleOf, not,
+if, propertyNames, dependentRequired, a fractional bound on a number, a
+length beside a pattern or format, limits over MAX_REPEAT, a remote $ref
+...): the grammar is looser there, and the answer is checked against the
+whole schema once it ends (answercheck.py); under `strict` a gap is a 400.
 
 Objects list their required properties first, in the schema's order, then
 any of the optional ones in that order; an object that declares properties
-takes no others unless additionalProperties is a schema. Arrays and strings
-honour their limits; tuples (`prefixItems`, a list of `items`) have exactly
-their items.
+takes no others unless additionalProperties is a schema. A schema that says
+nothing about its type (`{}`, `true`) means any value; `false` means none
+(a property that may not appear).
 
-A schema that cannot be converted (a $ref to nowhere, too many values)
-falls back: a tool's arguments to any object, a value to any value. Schemas
-come from requests, so conversion is bounded: more than MAX_SCHEMA_NODES
-values are not converted.
+A schema that cannot be converted (a $ref to nowhere, too many values, a
+range with no number in it) falls back: a tool's arguments to any object, a
+value to any value. Schemas come from requests, so conversion is bounded:
+more than MAX_SCHEMA_NODES values are not converted.
 
 `Notation` says how values are written: JSON by default; a family that
 writes its own notation (Gemma 4) gives its own quotes, keys and constants.
@@ -30,6 +35,7 @@ writes its own notation (Gemma 4) gives its own quotes, keys and constants.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -39,23 +45,46 @@ from typing import Any
 from ..chat import STRING_GRAMMAR
 from .gbnf import literal
 from .lark import string_rules
-
-MAX_REPEAT = 64
-MAX_SCHEMA_NODES = 16384
-
-ANY: dict[str, Any] = {"type": ["object", "array", "string", "number", "boolean", "null"]}
-OBJECT: dict[str, Any] = {"type": "object"}
-_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
-_FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid3", "uuid4", "uuid5"})
-# Keywords that say what a value is; a schema with none of them is any value.
-_SHAPE = frozenset(
-    {"type", "properties", "additionalProperties", "items", "prefixItems", "enum", "const"}
-    | {"anyOf", "oneOf", "allOf", "$ref"}
+from .numbers import integer_range, number_range
+from .reduce import (
+    ANY,
+    MAX_REPEAT,
+    MAX_SCHEMA_NODES,
+    OBJECT,
+    reduce_schema,
+    reduced,
+    root_schema,
+    small,
+    whole_pattern,
 )
+from .stringformats import format_body
+
+__all__ = [
+    "ANY",
+    "JSON",
+    "JSON_CHAR",
+    "JSON_SPACE",
+    "MAX_REPEAT",
+    "MAX_SCHEMA_NODES",
+    "OBJECT",
+    "Notation",
+    "arguments_rules",
+    "gaps",
+    "reduced",
+    "root_schema",
+    "small",
+    "value_rules",
+]
+
 # A JSON string character: not a quote, backslash or control character, or an
-# escape; or a raw newline, tab or carriage return, which models write in code
-# (the parsers send them escaped: the client gets valid JSON).
-JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) | [\t\n\r]'
+# escape (never \\u of a surrogate: each character is one code point, as a
+# schema's lengths count them); or a raw newline, tab or carriage return,
+# which models write in code (the parsers send them escaped: the client gets
+# valid JSON).
+JSON_CHAR = (
+    r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] '
+    r"[0-7] [0-9a-fA-F]{2})) | [\t\n\r]"
+)
 
 
 @dataclass(frozen=True)
@@ -117,123 +146,34 @@ def _convert_first(
     raise AssertionError("the fallback schema always converts")  # pragma: no cover
 
 
-def small(schema: Any) -> bool:
-    """Whether `schema` holds at most MAX_SCHEMA_NODES values."""
-    stack, seen = [schema], 0
-    while stack:
-        item = stack.pop()
-        seen += 1
-        if seen > MAX_SCHEMA_NODES:
-            return False
-        if isinstance(item, (dict, list)):
-            stack.extend(item.values() if isinstance(item, dict) else item)
-    return True
+def gaps(schema: Any) -> list[str]:
+    """What the grammar of `schema` does not hold, each as "keyword (at
+    path)": keywords it drops, values past its limits, a schema that does
+    not convert at all (its grammar is then any value). Empty: every value
+    the grammar allows validates against the schema."""
+    if not isinstance(schema, (dict, bool)):
+        return []
+    return list(_gaps(json.dumps(schema, sort_keys=True)))
 
 
-# ---- reduction -------------------------------------------------------------
-
-
-def root_schema(parameters: Any) -> dict[str, Any]:
-    """A tool's parameters reduced, and always an object."""
-    schema = reduced(parameters) if isinstance(parameters, dict) else None
-    if not schema or schema == ANY:
-        return dict(OBJECT)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = "object" if "object" in kind else "other"
-    if kind not in (None, "object") or ("type" not in schema and "properties" not in schema):
-        return dict(OBJECT)
-    return {**schema, "type": "object"}
-
-
-def reduced(schema: Any) -> dict[str, Any] | None:
-    """`schema` cut down to what converts; None for `false`."""
-    if schema is False:
-        return None
-    if not isinstance(schema, dict):
-        return dict(ANY)
-    out: dict[str, Any] = {}
-    kind = schema.get("type")
-    if isinstance(kind, str) and kind in _TYPES:
-        out["type"] = kind
-    elif isinstance(kind, list):
-        kinds = [k for k in kind if isinstance(k, str) and k in _TYPES]
-        if kinds:
-            out["type"] = kinds if len(kinds) > 1 else kinds[0]
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        kept = {k: reduced(v) for k, v in props.items() if isinstance(k, str)}
-        out["properties"] = {k: v for k, v in kept.items() if v is not None}
-        required = schema.get("required")
-        if isinstance(required, list):
-            out["required"] = [r for r in required if r in out["properties"]]
-    extra = schema.get("additionalProperties")
-    if extra is False or isinstance(extra, dict):
-        out["additionalProperties"] = reduced(extra) if extra is not False else False
-    items = schema.get("items")
-    if isinstance(items, list):
-        out["items"] = [reduced(i) or dict(ANY) for i in items]
-    elif items is not None and items is not False:
-        out["items"] = reduced(items)
-    if isinstance(schema.get("prefixItems"), list):
-        out["prefixItems"] = [reduced(i) or dict(ANY) for i in schema["prefixItems"]]
-    for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
-        _copy_limits(schema, out, low, high)
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        out["enum"] = schema["enum"]
-    if "const" in schema:
-        out["const"] = schema["const"]
-    for key in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(key), list):
-            alternatives = [r for r in map(reduced, schema[key]) if r is not None]
-            if alternatives:
-                out[key] = alternatives
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        out["$ref"] = ref
-    for key in ("$defs", "definitions"):
-        if isinstance(schema.get(key), dict):
-            out[key] = {k: reduced(v) or dict(ANY) for k, v in schema[key].items()}
-    bound = schema.get("minimum", schema.get("exclusiveMinimum"))
-    if isinstance(bound, (int, float)) and not isinstance(bound, bool) and bound >= 0:
-        out["minimum"] = 0  # all the grammar says of bounds: no minus sign
-    if schema.get("format") in _FORMATS and out.get("type") == "string":
-        out["format"] = schema["format"]
-    if out.get("type") == "string" and isinstance(schema.get(STRING_GRAMMAR), dict):
-        out[STRING_GRAMMAR] = schema[STRING_GRAMMAR]
-    if not _SHAPE & out.keys():
-        return {**out, **ANY}
-    return out
-
-
-def _copy_limits(schema: dict[str, Any], out: dict[str, Any], low: str, high: str) -> None:
-    lo, hi = _limit(schema.get(low)), _limit(schema.get(high))
-    if lo is not None:
-        out[low] = lo
-    if hi is not None and hi >= (lo or 0):
-        out[high] = hi
-
-
-def _limit(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPEAT
-    return value if ok else None
+@functools.lru_cache(maxsize=256)
+def _gaps(text: str) -> tuple[str, ...]:
+    """gaps() of a schema by its JSON (the same tools come with every turn)."""
+    schema = json.loads(text)
+    if not small(schema):
+        return (f"more than {MAX_SCHEMA_NODES} values (at the root)",)
+    out, found = reduce_schema(schema)
+    if out is not None and not found:
+        try:
+            _Converter("", JSON, out).visit(out, "")
+        except (_Unconvertible, RecursionError) as exc:
+            found.append(f"a schema no grammar converts ({exc})")
+    return tuple(found)
 
 
 # ---- conversion ------------------------------------------------------------
 
 _NAME = re.compile(r"[^A-Za-z0-9-]+")
-_HEX = "[0-9a-fA-F]"
-_DATE = '[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])'
-_TIME = (
-    '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{3})? '
-    '("Z" | ("+" | "-") ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])'
-)
-_FORMAT_BODIES = {
-    "date": _DATE,
-    "time": _TIME,
-    "date-time": f'({_DATE}) "T" ({_TIME})',
-    "uuid": f'{_HEX}{{8}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{12}}',
-}
 
 
 class _Converter:
@@ -328,10 +268,24 @@ class _Converter:
             return self._array(schema, name)
         if kind == "string":
             return self._string(schema, name)
-        if kind in ("integer", "number") and schema.get("minimum") == 0:
-            signed = self.rules[self._primitive(kind)]
-            return self._add(f"unsigned-{kind}", signed.replace('("-"? ', "(", 1))
+        if kind in ("integer", "number") and ("low" in schema or "high" in schema):
+            return self._bounded(schema, kind, name)
         return self._primitive(kind)
+
+    def _bounded(self, schema: dict[str, Any], kind: str, name: str) -> str:
+        low, high = schema.get("low"), schema.get("high")
+        low_open, high_open = schema.get("low_open", False), schema.get("high_open", False)
+        if kind == "integer":
+            if low is not None and low_open:
+                low += 1
+            if high is not None and high_open:
+                high -= 1
+            body = integer_range(low, high)
+        else:
+            body = number_range(low, low_open, high, high_open)
+        if not body:
+            raise _Unconvertible("no number lies within its minimum and maximum")
+        return self._add(_child(name, f"{kind}-range"), f"({body}) {self._space()}")
 
     def _ref(self, ref: str) -> str:
         if ref in self._refs:
@@ -451,9 +405,15 @@ class _Converter:
             if content is not None:
                 return self._add(_child(name, "grammar"), f"{q} {content} {q} {sp}")
         fmt = schema.get("format")
-        if fmt is not None:
-            body = _FORMAT_BODIES["uuid" if fmt.startswith("uuid") else fmt]
+        body = format_body(fmt) if fmt is not None else None
+        if body is not None:
             return self._add(_child(name, fmt), f"{q} ({body}) {q} {sp}")
+        pattern = schema.get("pattern")
+        if pattern is not None and self.notation is JSON:
+            prefix = self.prefix + (_NAME.sub("-", name).strip("-") or "root") + "-p-"
+            content = string_rules("regex", whole_pattern(pattern), prefix, self.rules)
+            if content is not None:
+                return self._add(_child(name, "pattern"), f"{q} {content} {q} {sp}")
         low, high = schema.get("minLength", 0), schema.get("maxLength")
         if not low and high is None:
             return self._primitive("string")

@@ -259,14 +259,15 @@ def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
         name = f.string(fn, "name", f"{path}.function.name")
         schema = fn.get("parameters")
         parameters = f.obj(schema, f"{path}.function.parameters") if schema is not None else None
-        # strict has no effect of its own: calls follow the schema whenever a
-        # grammar is in force, and are parsed the same when not.
+        # strict: calls follow the schema whenever a grammar is in force;
+        # under it, a schema the grammar cannot hold whole is refused.
         specs.setdefault(
             name,
             ToolSpec(
                 name,
                 f.string(fn, "description", f"{path}.function.description", ""),
                 parameters or {"type": "object", "properties": {}},
+                strict=bool(f.boolean(fn, "strict", f"{path}.function.strict", None)),
             ),
         )
     return tuple(specs.values())

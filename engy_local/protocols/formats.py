@@ -11,11 +11,12 @@ Pure translation. Each API names the same request differently:
 
 `text` (or no format) is free text: None. `json_object` is any JSON object:
 `JsonOutput()`. `json_schema` carries its schema (a json_schema without one,
-which Chat Completions allows, is any object). `strict` and `name` change
-nothing here: the grammar always holds the answer to the schema, as far as
-prompt/schema.py can say it (what it cannot, it leaves looser; see
-docs/clients.md). A bad value is an `InvalidRequest` naming the field, which
-each protocol renders in its own error format.
+which Chat Completions allows, is any object) and `strict`: the grammar
+holds the answer to the schema as far as prompt/schema.py can say it; what
+it cannot is refused under `strict` and checked after the answer otherwise
+(prompt/answercheck.py; docs/clients.md, keyword by keyword). A bad value
+is an `InvalidRequest` naming the field, which each protocol renders in its
+own error format.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def responses_format(body: dict[str, Any]) -> tuple[JsonOutput | None, dict[str,
         description = f.string(d, "description", "text.format.description", None)
         if description is not None:
             echo["description"] = description
-        echo["strict"] = f.boolean(d, "strict", "text.format.strict", None)
-        return JsonOutput(schema), echo
+        strict = f.boolean(d, "strict", "text.format.strict", None)
+        echo["strict"] = strict
+        return JsonOutput(schema, strict=bool(strict), field="text.format.schema"), echo
     raise InvalidRequest(
         f"text.format.type: expected text, json_object or json_schema, got {kind!r}",
         "text.format.type",
@@ -95,7 +97,9 @@ def chat_format(value: Any) -> JsonOutput | None:
         schema = spec.get("schema")
         if schema is None:
             return JsonOutput()
-        return JsonOutput(f.obj(schema, "response_format.json_schema.schema"))
+        path = "response_format.json_schema"
+        strict = bool(f.boolean(spec, "strict", f"{path}.strict", None))
+        return JsonOutput(f.obj(schema, f"{path}.schema"), strict=strict, field=f"{path}.schema")
     raise InvalidRequest(
         f"response_format.type: expected text, json_object or json_schema, got {kind!r}",
         "response_format.type",

@@ -186,14 +186,14 @@ def _tool(tool: dict[str, Any], path: str, namespace: str | None) -> tuple[Spec,
     if kind == "function":
         schema = tool.get("parameters")
         parameters = fields.obj(schema, f"{path}.parameters") if schema is not None else None
-        # strict, defer_loading and the like have no effect: every tool is
-        # offered up front (tool_search, which would load deferred ones, is
-        # not offered).
+        # defer_loading and the like have no effect: every tool is offered up
+        # front (tool_search, which would load deferred ones, is not offered).
         parameters = parameters or {"type": "object", "properties": {}}
+        strict = bool(fields.boolean(tool, "strict", f"{path}.strict", None))
     else:
-        parameters = _custom_parameters(tool, path)
+        parameters, strict = _custom_parameters(tool, path), False
     visible = _visible(name, namespace)
-    return Spec(visible, description, parameters), ToolOrigin(kind, name, namespace)
+    return Spec(visible, description, parameters, strict), ToolOrigin(kind, name, namespace)
 
 
 def _tools(

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..chat import Event
 from ..errors import EngyError
+from ..prompt.answercheck import AnswerCheck
 from ..prompt.prepare import SamplingParams
 from ..prompt.toolparse import ToolParser
 
@@ -31,6 +32,7 @@ class Job:
     answer_start: int = 0  # where a re-rendered last answer would begin (prepare.py)
     where: Callable[[int], str] = lambda index: ""  # token index -> the request's part
     scaffold: tuple[int, ...] = ()  # a forced call's fixed start, taken without sampling
+    check: AnswerCheck | None = None  # the schemas' parts no grammar held (answercheck.py)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # > 0: a later run of at least this many cached tokens may be read at
     # its new position (shift.py; the request's x-engy-cache-reuse).

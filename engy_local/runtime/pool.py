@@ -168,6 +168,7 @@ class ModelPool:
             answer_start=prepared.answer_start,
             where=prepared.where,
             scaffold=prepared.scaffold,
+            check=prepared.check,
             cache_reuse=request.cache_reuse,
         )
         generation.job = job

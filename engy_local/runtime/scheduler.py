@@ -191,7 +191,7 @@ class Scheduler:
         slot.busy = True
         slot.used = next(self._clock)
         text = TokenText(self.model, job.params.stop, job.params.max_tokens, job.params.ends)
-        answer = AnswerAssembler(job.parser, job.single_call)
+        answer = AnswerAssembler(job.parser, job.single_call, job.check)
         recent = self.recent.blob if job.params.seed is None else b""  # see Recent
         read = reuse + (shift.n_tokens if shift is not None else 0)  # from the cache
         running = Running(job, slot, sampler, text, answer, read, media, miss=miss)
@@ -278,7 +278,7 @@ class Scheduler:
         read = len(r.slot.held)
         r.job, r.sampler, r.cached, r.miss = job, sampler, read, ""
         r.text = TokenText(self.model, job.params.stop, job.params.max_tokens, job.params.ends)
-        r.answer = AnswerAssembler(job.parser, job.single_call)
+        r.answer = AnswerAssembler(job.parser, job.single_call, job.check)
         r.t_start = time.monotonic()
         log.info("seq %d: a resent prompt takes over its read (%d tokens in)", r.slot.id, read)
         job.emit(Started(len(r.prompt), read))

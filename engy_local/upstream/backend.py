@@ -150,7 +150,7 @@ class UpstreamGeneration:
     async def _events(self) -> AsyncIterator[Event]:
         prepared = self._prepared
         text = TokenText(self._backend.vocab, prepared.params.stop)
-        answer = AnswerAssembler(prepared.new_parser(), prepared.single_call)
+        answer = AnswerAssembler(prepared.new_parser(), prepared.single_call, prepared.check)
         n_prompt = self.prompt_tokens
         started, cached = False, 0
         counted: int | None = None  # output tokens as the upstream counts them

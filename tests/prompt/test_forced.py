@@ -16,6 +16,7 @@ from support.grammar import CLIENTS, Vocab, captured_tools
 from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart, ToolSpec
 from engy_local.prompt.families import get
 from engy_local.prompt.forced import forced_call_grammar, json_answer_grammar
+from engy_local.prompt.schema import gaps
 from engy_local.prompt.toolparse import HermesParser
 from engy_local.runtime.sampling import check_grammar
 
@@ -153,7 +154,7 @@ ODD = ToolSpec(
             "never": False,
             "remote": {"$ref": "https://example.com/schema.json"},
             "cond": {"if": {"type": "string"}, "then": {"minLength": 1}, "not": {}},
-            "fmt": {"type": "string", "format": "email"},
+            "fmt": {"type": "string", "format": "ipv6"},
             "short": {"type": "string", "minLength": 1, "maxLength": 3},
         },
         "required": ["id"],
@@ -275,18 +276,40 @@ def test_json_answer_random_sentences_validate(vocab: Vocab, seed: int) -> None:
     jsonschema.validate(json.loads(text), PERSON)
 
 
-# ---- what the JSON grammar cannot hold: looser, never an error ------------------------
+# ---- what the JSON grammar holds, and what it cannot ------------------------------
 
-# Each keyword the compiler does not enforce, with a value that breaks it: the
-# grammar takes that value (documented in docs/clients.md#structured-outputs),
-# and still holds the type.
+# Keywords the grammar holds, each with a value that breaks it (now refused)
+# and one that follows it. (Before issue 59 each of these was let through.)
+HELD: list[tuple[str, dict[str, Any], str, str]] = [
+    ("pattern", {"type": "string", "pattern": "^[A-Z]{3}$"}, '"abcd"', '"ABC"'),
+    ("maximum", {"type": "integer", "maximum": 10}, "99", "10"),
+    ("negative minimum", {"type": "integer", "minimum": -5}, "-99", "-5"),
+    ("the issue's range", {"type": "integer", "minimum": 3, "maximum": 319}, "320", "319"),
+    ("format email", {"type": "string", "format": "email"}, '"no at sign"', '"a.b@example.com"'),
+    ("maxLength 100", {"type": "string", "maxLength": 100}, '"' + "x" * 120 + '"', '"xx"'),
+    ("format date", {"type": "string", "format": "date"}, '"2023-02-29"', '"2024-02-29"'),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "breaks", "follows"), [c[1:] for c in HELD], ids=[c[0] for c in HELD]
+)
+def test_json_answer_holds_each_keyword(
+    vocab: Vocab, schema: dict[str, Any], breaks: str, follows: str
+) -> None:
+    gbnf = json_answer_grammar(schema, get("hermes"))
+    assert check_grammar(gbnf)
+    assert not vocab.accepts(gbnf, breaks)
+    assert vocab.accepts(gbnf, follows)
+
+
+# Each keyword the compiler does not enforce (a gap, schema.gaps), with a
+# value that breaks it: the grammar takes that value (the answer check
+# catches it after; docs/clients.md#structured-outputs), and still holds the
+# type.
 LOOSER: list[tuple[str, dict[str, Any], str, str]] = [
-    ("pattern", {"type": "string", "pattern": "^[A-Z]{3}$"}, '"abcd"', "12"),
-    ("maximum", {"type": "integer", "maximum": 10}, "99", '"9"'),
-    ("negative minimum", {"type": "integer", "minimum": -5}, "-99", "1.5"),
     ("multipleOf", {"type": "integer", "multipleOf": 5}, "7", '"5"'),
-    ("format email", {"type": "string", "format": "email"}, '"no at sign"', "1"),
-    ("maxLength over 64", {"type": "string", "maxLength": 100}, '"' + "x" * 120 + '"', "1"),
+    ("maxLength over 512", {"type": "string", "maxLength": 600}, '"' + "x" * 620 + '"', "1"),
     (
         "uniqueItems",
         {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
@@ -312,6 +335,7 @@ def test_json_answer_is_looser_where_the_compiler_cannot_say_a_keyword(
 ) -> None:
     gbnf = json_answer_grammar(schema, get("hermes"))
     assert check_grammar(gbnf)
+    assert gaps(schema)
     assert vocab.accepts(gbnf, breaks)
     assert not vocab.accepts(gbnf, wrong)
 

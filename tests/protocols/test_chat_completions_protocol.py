@@ -259,7 +259,7 @@ def test_tools() -> None:
     )
     assert parsed.chat.tools == (
         ToolSpec("ls", "", {"type": "object", "properties": {}}),
-        ToolSpec("cat", "Read.", {"type": "object"}),
+        ToolSpec("cat", "Read.", {"type": "object"}, strict=True),  # a schema held whole
         ToolSpec("grep", "", {"type": "object", "properties": {}}),
     )
 
@@ -300,7 +300,7 @@ FORMAT_CASES: list[tuple[str, Any, JsonOutput | None]] = [
     (
         "json_schema",
         {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "array"}}},
-        JsonOutput({"type": "array"}),
+        JsonOutput({"type": "array"}, field="response_format.json_schema.schema"),
     ),
     ("json_schema without a schema", {"type": "json_schema", "json_schema": {}}, JsonOutput()),
 ]

@@ -138,22 +138,24 @@ def test_messages_bad_format_is_an_anthropic_400(fields: dict[str, Any], param: 
 
 # openai 3.63 responses.parse(text_format=Model)
 SDK_FORMAT = {"type": "json_schema", "name": "Person", "schema": PERSON, "strict": True}
+# strict and where the schema stands: a schema the grammar cannot hold whole is a 400
+STRICT_PERSON = JsonOutput(PERSON, strict=True, field="text.format.schema")
 
 RESPONSES_CASES: list[tuple[str, dict[str, Any], JsonOutput | None, dict[str, Any]]] = [
     ("none", {}, None, {"type": "text"}),
     ("text", {"text": {"format": {"type": "text"}}}, None, {"type": "text"}),
     ("verbosity alone", {"text": {"verbosity": "low"}}, None, {"type": "text"}),
-    ("json_schema", {"text": {"format": SDK_FORMAT}}, JsonOutput(PERSON), SDK_FORMAT),
+    ("json_schema", {"text": {"format": SDK_FORMAT}}, STRICT_PERSON, SDK_FORMAT),
     (
         "json_schema, no name or strict",
         {"text": {"format": {"type": "json_schema", "schema": TITLE}}},
-        JsonOutput(TITLE),
+        JsonOutput(TITLE, field="text.format.schema"),
         {"type": "json_schema", "name": "response", "schema": TITLE, "strict": None},
     ),
     (
         "with a description",
         {"text": {"format": {**SDK_FORMAT, "description": "a person"}}},
-        JsonOutput(PERSON),
+        STRICT_PERSON,
         {**SDK_FORMAT, "description": "a person"},
     ),
     (
@@ -231,5 +233,10 @@ def test_one_neutral_form_for_all_three() -> None:
             }
         )
     )
-    assert on_messages.chat.json_output == on_responses.chat.json_output
-    assert on_responses.chat.json_output == on_chat.chat.json_output == JsonOutput(PERSON)
+    outputs = [
+        on_messages.chat.json_output,
+        on_responses.chat.json_output,
+        on_chat.chat.json_output,
+    ]
+    assert [o.schema if o else None for o in outputs] == [PERSON] * 3
+    assert [o.strict if o else None for o in outputs] == [False, True, True]
