@@ -69,6 +69,9 @@ class ModelStatus:
     caches: list[CacheStatus] = field(default_factory=list)  # the prompt cache, by tier
     # What this model does without, and why ("drafts off: ..."), in a few words.
     limits: list[str] = field(default_factory=list)
+    # Faults the model's thread answered and lived through, by phase
+    # (runtime/faults.py): a failed restore, decode or save.
+    faults: dict[str, int] = field(default_factory=dict)
     kv_types: str = ""  # the KV cache's K and V types: "f16", "q8_0", "q8_0/f16"
     kv_bytes: int = 0  # the KV cache as llama.cpp allocated it
     fitted: bool = False  # the window is --ctx-size auto's: what fits the memory budget

@@ -89,6 +89,9 @@ def print_status(models: list[ModelStatus], url: str, as_json: bool, out: Consol
                 )
             for limit in m.limits:
                 out.print(f"{m.id}: {limit}", highlight=False)
+            if m.faults:
+                seen = ", ".join(f"{phase} {n}" for phase, n in sorted(m.faults.items()))
+                out.print(f"{m.id}: faults answered and survived: {seen}", highlight=False)
             for c in m.caches:
                 out.print(
                     f"{m.id}: {c.tier} cache {c.entries} entries, {_size(c.bytes)} of "

@@ -352,6 +352,7 @@ class ModelPool:
                         aliases=served.aliases,
                         caches=lm.worker.caches(),
                         limits=lm.worker.limits(),
+                        faults=lm.worker.faults(),
                         sequences=[SequenceStatus(**seq) for seq in lm.worker.sequences()],
                         images=lm.model.projector is not None,
                         split=lm.model.split.line(),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from functools import partial
 
 from ..backend import CacheStatus
+from . import faults
 from .cache import Entry as CacheEntry
 from .cache import PromptCache
 from .context import Context
@@ -75,6 +76,18 @@ class Prefixes:
         # Set by `reuse`: a later run of the prompt kept aside (shift.py).
         self.shift: Shift | None = None
         self._wanted: tuple[list[int], int, int] | None = None  # (prompt, least, slot)
+        # Faults lived through, by phase (faults.py): the scheduler's too.
+        self.faults: dict[str, int] = {}
+
+    def _count(self, phase: str) -> None:
+        self.faults[phase] = self.faults.get(phase, 0) + 1
+
+    def _save_failed(self, what: str, slot: Slot | None, exc: Exception) -> None:
+        """Saving is an optimisation: a save that fails keeps nothing, and
+        the request it was for goes on."""
+        where = f"seq {slot.id}" if slot is not None else "the RAM cache"
+        log.error("%s: %s failed, not kept: %s", where, what, exc, exc_info=exc)
+        self._count("save")
 
     def limits(self) -> list[str]:
         """What no tier can do for this model, in a few words (logged: the
@@ -102,30 +115,49 @@ class Prefixes:
         self._wanted = (prompt, least, slot.id) if least > 0 and ctx.shifts else None
         # Each attempt gives True (the tokens it was asked for), or fewer
         # (a restored window resumed at an earlier checkpoint), or nothing.
-        attempts: list[tuple[int, Callable[[int], bool | int]]] = []
+        attempts: list[tuple[int, str, Callable[[int], bool | int]]] = []
         for option in options:
             if option.source == "self":
-                attempts.append((option.reuse, partial(self._cut, slot)))
+                attempts.append((option.reuse, "self", partial(self._cut, slot)))
                 # Where the window layers no longer reach back that far, or
                 # a recurrent state is past it, the latest checkpoint before
                 # it does.
                 usable = [c for c in slot.checkpoints if c.pos <= option.reuse]
                 if usable:
                     cp = usable[-1]
-                    attempts.append((cp.pos, partial(self._rewind, slot, cp)))
+                    attempts.append((cp.pos, "self", partial(self._rewind, slot, cp)))
             elif option.source == "copy":
                 assert option.src is not None
                 donor = self.slots[option.src]
-                attempts.append((option.reuse, partial(self._copy, donor, slot)))
+                attempts.append((option.reuse, "copy", partial(self._copy, donor, slot)))
             elif option.source == "disk":
                 assert hit is not None
-                attempts.append((option.reuse, partial(self._restore_disk, slot, hit)))
+                attempts.append((option.reuse, "disk", partial(self._restore_disk, slot, hit)))
             else:
-                attempts.append((option.reuse, partial(self._restore, slot, prompt)))
+                attempts.append((option.reuse, "ram", partial(self._restore, slot, prompt)))
         attempts.sort(key=lambda a: -a[0])
+        broken = False  # the sequence was cleared after a fault: nothing of its own is left
         try:
-            for n, attempt in attempts:
-                got = attempt(n)
+            for n, source, attempt in attempts:
+                if broken and source == "self":
+                    continue
+                try:
+                    faults.check(f"admit-{source}")
+                    got = attempt(n)
+                except Exception as exc:  # a source that fails is one that misses
+                    log.error(
+                        "seq %d: taking %d tokens from %s failed: %s",
+                        slot.id,
+                        n,
+                        source,
+                        exc,
+                        exc_info=exc,
+                    )
+                    self._count(f"admit-{source}")
+                    ctx.clear(slot.id)
+                    slot.replace([])
+                    broken = True
+                    got = False
                 if got:
                     self.pin()
                     return n if got is True else int(got)
@@ -327,7 +359,12 @@ class Prefixes:
         pos = len(slot.held)
         if any(c.pos == pos for c in slot.checkpoints):
             return
-        state = self.ctx.save(slot.id, partial=True)
+        try:
+            faults.check("save")
+            state = self.ctx.save(slot.id, partial=True)
+        except Exception as exc:
+            self._save_failed(f"a checkpoint at {pos}", slot, exc)
+            return
         most = MAX_RECURRENT_CHECKPOINTS if recurrent else MAX_CHECKPOINTS
         kept = sorted([*slot.checkpoints, Checkpoint(pos, state, mark)], key=lambda c: c.pos)
         marks = [c for c in kept if c.mark][:1]  # the first mark stays
@@ -351,12 +388,17 @@ class Prefixes:
         it does not fit there, to disk)."""
         if len(slot.held) < MIN_SAVE or (self.cache.budget <= 0 and self.disk is None):
             return
-        state = self.ctx.save(slot.id)
-        if self._keep(slot, state):
-            log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, len(slot.held), len(state))
-        elif self.disk is not None:
-            windows = [(c.pos, c.state) for c in slot.checkpoints]
-            self.disk.put(slot.held, state, windows, slot.ends)
+        try:
+            faults.check("save")
+            state = self.ctx.save(slot.id)
+            if self._keep(slot, state):
+                n = len(slot.held)
+                log.debug("seq %d: saved %d tokens (%d bytes)", slot.id, n, len(state))
+            elif self.disk is not None:
+                windows = [(c.pos, c.state) for c in slot.checkpoints]
+                self.disk.put(slot.held, state, windows, slot.ends)
+        except Exception as exc:
+            self._save_failed("saving its state", slot, exc)
 
     def _keep(self, slot: Slot, state: bytes) -> bool:
         """`slot`'s state into the RAM cache; False where it does not fit."""
@@ -382,7 +424,12 @@ class Prefixes:
             if not self.covers(slot.held):
                 if self.ctx.state_size(slot.id) > room:
                     continue
-                if not self._keep(slot, self.ctx.save(slot.id)):
+                try:
+                    faults.check("save")
+                    if not self._keep(slot, self.ctx.save(slot.id)):
+                        continue
+                except Exception as exc:  # it stays where it is
+                    self._save_failed("parking it", slot, exc)
                     continue
             log.debug("seq %d: parked (%d tokens)", slot.id, len(slot.held))
             self.ctx.clear(slot.id)
@@ -390,8 +437,13 @@ class Prefixes:
         self.pin()
 
     def to_disk(self, entry: CacheEntry) -> None:
-        if self.disk is not None:
+        if self.disk is None:
+            return
+        try:
+            faults.check("save")
             self.disk.put(entry.tokens, entry.state, entry.windows, entry.ends)
+        except Exception as exc:
+            self._save_failed("writing an entry to the disk tier", None, exc)
 
     def evict_idle(self) -> bool:
         """Frees the least recently used idle sequence that holds anything."""
@@ -444,7 +496,11 @@ class Prefixes:
         for slot in self.slots:
             if len(slot.held) >= MIN_SAVE:
                 windows = [(c.pos, c.state) for c in slot.checkpoints]
-                self.disk.put(slot.held, self.ctx.save(slot.id), windows, slot.ends)
+                try:
+                    faults.check("save")
+                    self.disk.put(slot.held, self.ctx.save(slot.id), windows, slot.ends)
+                except Exception as exc:
+                    self._save_failed("keeping it on disk", slot, exc)
                 self.disk.flush()  # one state in memory at a time
         for entry in self.cache.entries:
             self.to_disk(entry)

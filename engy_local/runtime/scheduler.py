@@ -9,6 +9,15 @@ back at once; the others go on undisturbed.
 Which sequence a request takes, and where its cached prefix comes from
 (its own sequence, another one, the RAM cache or the disk tier), is decided
 by slots.py and carried out by prefixes.py; drafts come from speculate.py.
+
+No failing phase ends the thread or leaves a request unanswered (faults.py
+lists them and what each costs): admission answers its own job, a chunk of
+a prompt or a draw fails its own request, a decode that raises runs again
+once.
+
+Longer than about 500 lines: admission, the step and what each does when
+it fails share every sequence's state; split, each part would reach into
+the other's.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from ..chat import PromptProgress, Started
 from ..errors import ContextFull, EngyError, ServerError
 from ..prompt.assemble import AnswerAssembler
 from ..prompt.detokenize import TextEnd, TokenText
-from . import widen
+from . import faults, widen
 from .context import Context
 from .diskcache import DiskTier
 from .job import Job
@@ -60,6 +69,9 @@ class Scheduler:
         self.recent = Recent()  # answers drafted from across requests
         # What a tier or drafting cannot do for this model (engy ps, the page).
         self.limits: list[str] = self.prefixes.limits()
+        # Faults the thread lived through, by phase (faults.py; the page).
+        self.faults: dict[str, int] = self.prefixes.faults
+        self._placing: tuple[Slot | None, Sampler | None] = (None, None)
 
     def start(self) -> None:
         """On the thread that runs every step, before the first: anything
@@ -140,15 +152,59 @@ class Scheduler:
     # -- admission ------------------------------------------------------
 
     def admit(self, job: Job) -> None:
+        """Takes `job` into a sequence with its cached prefix. Whatever fails
+        on the way answers this job with the error and leaves its sequence
+        empty: the thread and every other job go on."""
+        self._placing = (None, None)
+        try:
+            self._admit(job)
+        except Exception as exc:  # a restore llama.cpp refuses, a copy that raises
+            self._admit_failed(job, exc)
+        finally:
+            self._placing = (None, None)
+
+    def _admit_failed(self, job: Job, exc: Exception) -> None:
+        slot, sampler = self._placing
+        phase = exc.phase if isinstance(exc, faults.Injected) else "admit"
+        where = f"seq {slot.id}" if slot is not None else "no sequence yet"
+        log.error("admitting a request failed (%s): %s", where, exc, exc_info=exc)
+        self._count("next-turn" if job.read_only else phase)
+        running = next((r for r in self.running if r.job is job), None)
+        if running is not None:
+            self.running.remove(running)
+        if sampler is not None:
+            sampler.close()
+        if slot is not None:  # what it holds is unknown now
+            self.ctx.drop_stash(slot.id)
+            self.ctx.clear(slot.id)
+            slot.replace([])
+            slot.busy = False
+            slot.used = next(self._clock)
+        self.prefixes.shift = None
+        self.prefixes.pin()
+        err = (
+            exc
+            if isinstance(exc, EngyError)
+            else ServerError(f"admitting the request failed: {exc}")
+        )
+        job.emit(err)
+        job.emit(None)
+
+    def _count(self, phase: str) -> None:
+        self.faults[phase] = self.faults.get(phase, 0) + 1
+
+    def _admit(self, job: Job) -> None:
         if job.cancelled.is_set():
             job.emit(None)
             return
+        faults.check("next-turn" if job.read_only else "admit", job)
         try:
             sampler = Sampler(self.model, job.params)
         except EngyError as exc:
             job.emit(exc)
             job.emit(None)
             return
+        self._placing = (None, sampler)
         prompt = job.tokens
         media = {m.start: m for m in job.media}
         usable = usable_length(prompt, job.media)
@@ -165,9 +221,11 @@ class Scheduler:
         assert plan is not None, "admitted without a free sequence"
         room = self.ctx.n_batch
         if job.read_only and not worth_pre_reading(plan, self.slots, prompt, room):
+            sampler.close()
             job.emit(None)
             return
         slot = self.slots[plan.slot]
+        self._placing = (slot, sampler)
         if plan.save:
             self.prefixes.save(slot)
         # Idle conversations out of the cache before this one's cells are
@@ -257,11 +315,8 @@ class Scheduler:
                 else:
                     tokens = self._verify(r, at)
                     self._advance(r, tokens, in_cache=len(tokens) - 1)
-            except EngyError as exc:
-                self._fail(r, exc)
             except Exception as exc:  # one request's failure is not the others'
-                log.exception("generation failed")
-                self._fail(r, ServerError(f"generation failed: {exc}"))
+                self._fail(r, self._failure(exc, "sample", r), forget=None)
 
     def _hand_over(self, r: Running, job: Job) -> None:
         """A read whose client went away goes on for the request that sent
@@ -309,10 +364,15 @@ class Scheduler:
         for r in list(self.running) if prompts else ():
             if r.next_token is not None or budget <= 0:
                 continue
+            mark, marked = batch.n, len(outputs)
             try:
+                faults.check("next-turn" if r.job.read_only else "prompt", r.job)
                 taken = self._feed_prompt(r, budget, outputs)
-            except EngyError as exc:  # an image that would not evaluate
-                self._fail(r, exc, forget=True)
+            except Exception as exc:  # an image that would not evaluate, a fault
+                # What it put in the step goes: the step runs without it.
+                batch.n = mark
+                del outputs[marked:]
+                self._fail(r, self._failure(exc, "prompt", r), forget=True)
                 continue
             if taken:
                 fed.append(Fed(r, taken, reading=True))
@@ -350,6 +410,7 @@ class Scheduler:
         """Draws at the sequence's positions in turn while each draw is the
         drafted token: the tokens it outputs this step (the last one is not
         in the KV cache yet)."""
+        faults.check("verify" if r.draft else "sample", r.job)
         out: list[int] = []
         for k, index in enumerate(at):
             token = r.sampler.sample(self.ctx.ctx, index)
@@ -371,9 +432,11 @@ class Scheduler:
         outputs, fed = self._build(prompts=True)
         built = self.ctx.batch.n
         pad = widen.pad(self.ctx.batch, self.gate, fed, self.model.n_ctx)
+        retried = False
         while True:
             try:
                 t0 = time.perf_counter()
+                faults.check("decode")
                 if self.ctx.decode():
                     took, n = time.perf_counter() - t0, self.ctx.batch.n
                     if pad and not self.ctx.cut(*pad):
@@ -385,6 +448,23 @@ class Scheduler:
                 for f in fed:
                     self._fail(f.running, exc, forget=True)
                 return None
+            except Exception as exc:
+                # One decode serves every sequence in the step: none is to
+                # blame alone. Cells past what each holds go, and the step
+                # (as built, unpadded) runs once more; a second failure
+                # fails its requests.
+                log.error("a step of %d tokens failed: %s", self.ctx.batch.n, exc, exc_info=exc)
+                self._count("decode")
+                if not all(self._known(f.running) for f in fed):
+                    retried = True  # what a sequence holds is unknown: no retry
+                if retried:
+                    failed = ServerError(f"generation failed: {exc}")
+                    for f in fed:
+                        self._fail(f.running, failed, forget=True)
+                    return None
+                retried = True
+                self.ctx.batch.n, pad = built, None
+                continue
             if pad:  # no room for the padding: the step as built
                 self.ctx.batch.n, pad = built, None
                 continue
@@ -474,9 +554,34 @@ class Scheduler:
         self._release(r)
         self.followed(r.job)
 
-    def _fail(self, r: Running, err: EngyError, forget: bool = False) -> None:
+    def _failure(self, exc: Exception, phase: str, r: Running) -> EngyError:
+        """The error a job's client gets for `exc`; an unexpected one is
+        logged and counted under its phase."""
+        if isinstance(exc, EngyError):
+            return exc
+        if isinstance(exc, faults.Injected):
+            phase = exc.phase
+        elif r.job.read_only:
+            phase = "next-turn"
+        log.error("seq %d: %s failed: %s", r.slot.id, phase, exc, exc_info=exc)
+        self._count(phase)
+        return ServerError(f"generation failed: {exc}")
+
+    def _known(self, r: Running) -> bool:
+        """Drops r's cells past the tokens it holds; False where they
+        cannot be dropped (what it holds is unknown then)."""
+        return self.ctx.held(r.slot.id) == len(r.slot.held) or self.ctx.drop_after(
+            r.slot.id, len(r.slot.held)
+        )
+
+    def _fail(self, r: Running, err: EngyError, forget: bool | None = False) -> None:
+        """Answers r with `err` and gives its sequence back. `forget`: what
+        the sequence holds is unknown now, it is cleared; None: only cells
+        past its tokens may be (a draft), cleared where they cannot go."""
         r.job.emit(err)
-        if forget:  # what the sequence holds is unknown now
+        if forget is None:
+            forget = not self._known(r)
+        if forget:
             self.ctx.clear(r.slot.id)
             r.slot.replace([])
         self._release(r)

@@ -149,6 +149,10 @@ class Worker:
     def limits(self) -> list[str]:
         return list(self.scheduler.limits)
 
+    def faults(self) -> dict[str, int]:
+        """Faults the thread answered and went on from, by phase."""
+        return dict(self.scheduler.faults)
+
     def sequences(self) -> list[dict[str, Any]]:
         """What each KV sequence holds (for `engy ps`); a snapshot."""
         return self.scheduler.describe()
@@ -181,12 +185,14 @@ class Worker:
                         break
                     self._busy = True
                     admitted = self._admitting = self._admissible(scheduler.free())
-                if admitted:
-                    scheduler.flush()  # admitting may restore a state from disk
-                for job in admitted:
-                    scheduler.admit(job)
-                with self._cond:
-                    self._admitting = []
+                try:
+                    if admitted:
+                        scheduler.flush()  # admitting may restore a state from disk
+                    for job in admitted:
+                        scheduler.admit(job)  # a failure answers that job alone
+                finally:
+                    with self._cond:
+                        self._admitting = []
                 try:
                     scheduler.step()
                 except EngyError as exc:

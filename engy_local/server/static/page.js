@@ -475,6 +475,14 @@ function keepAlive(m) {
   return secs(Math.max(0, m.keep_alive_left - (Date.now() / 1000 - state.loadedAt)));
 }
 
+// Faults the model's thread answered and went on from (a failed restore, decode, save).
+function faultsLine(m) {
+  const seen = Object.entries(m.faults || {});
+  if (!seen.length) return null;
+  const text = "faults survived: " + seen.map(([phase, n]) => `${phase} ×${n}`).join(", ");
+  return h("div", { class: "small", dataset: { faults: "" }, text });
+}
+
 function renderModels() {
   const loaded = document.getElementById("loaded-body");
   document.getElementById("loaded-empty").hidden = state.loaded.length > 0;
@@ -483,7 +491,8 @@ function renderModels() {
     const busy = m.sequences.filter((q) => q.busy).length;
     return h("tr", { dataset: { model: m.id } },
       h("th", { scope: "row", "data-label": "Model" }, m.id, m.images ? badge("plain", "images") : null,
-        ...(m.limits || []).map((text) => h("div", { class: "small muted", text }))),
+        ...(m.limits || []).map((text) => h("div", { class: "small muted", text })),
+        faultsLine(m)),
       h("td", { "data-label": "Window", text: `${int(m.context_length)} tokens${m.fitted ? " (auto)" : ""}` }),
       h("td", { "data-label": "Backend", text: m.backend }),
       h("td", { "data-label": "Memory" }, bytes(m.cost),
