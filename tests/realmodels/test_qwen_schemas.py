@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 from support.realmodels import GREEDY_SERVE, QWEN_05B, need
@@ -23,13 +24,19 @@ pytestmark = pytest.mark.timeout(900)
 
 ASK = "Fill in an example value that follows the schema. Make it up."
 MAX_TOKENS = 160
-SEEDS = range(4)
+SEEDS = range(10)
+
+
+# The id `engy serve PATH` gives the file it serves.
+MODEL = QWEN_05B.name.removesuffix(".gguf").lower()
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EngyServer]:
     qwen: Path = need(QWEN_05B)
     s = EngyServer(str(qwen), *GREEDY_SERVE)
+    served = httpx.get(s.url + "/v1/models").json()["data"][0]["id"]
+    assert served == MODEL, served
     yield s
     s.stop()
 
@@ -46,7 +53,7 @@ def answers(server: EngyServer, schema: dict[str, Any], tool: dict[str, Any]) ->
     """Each API's answer to `schema` (None where cut by the token limit)."""
     out: dict[str, Any] = {}
     msg = claude(server).messages.create(
-        model="m",
+        model=MODEL,
         max_tokens=MAX_TOKENS,
         messages=[{"role": "user", "content": ASK}],
         tools=[{"name": "fill", "description": "Fill in a value.", "input_schema": tool}],
@@ -55,7 +62,7 @@ def answers(server: EngyServer, schema: dict[str, Any], tool: dict[str, Any]) ->
     [use] = [b for b in msg.content if b.type == "tool_use"]
     out["messages tool input"] = use.input if msg.stop_reason != "max_tokens" else None
     msg = claude(server).messages.create(
-        model="m",
+        model=MODEL,
         max_tokens=MAX_TOKENS,
         messages=[{"role": "user", "content": ASK}],
         extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}},
@@ -63,7 +70,7 @@ def answers(server: EngyServer, schema: dict[str, Any], tool: dict[str, Any]) ->
     text = "".join(b.text for b in msg.content if b.type == "text")
     out["messages format"] = json.loads(text) if msg.stop_reason == "end_turn" else None
     response = gpt(server).responses.create(
-        model="m",
+        model=MODEL,
         input=ASK,
         max_output_tokens=MAX_TOKENS,
         text={"format": {"type": "json_schema", "name": "value", "schema": schema}},
@@ -71,7 +78,7 @@ def answers(server: EngyServer, schema: dict[str, Any], tool: dict[str, Any]) ->
     done = response.status == "completed"
     out["responses format"] = json.loads(response.output_text) if done else None
     completion = gpt(server).chat.completions.create(
-        model="m",
+        model=MODEL,
         max_tokens=MAX_TOKENS,
         messages=[{"role": "user", "content": ASK}],
         response_format={"type": "json_schema", "json_schema": {"name": "v", "schema": schema}},
@@ -109,7 +116,7 @@ def test_a_keyword_no_grammar_holds_is_never_a_broken_success(server: EngyServer
     repeats one, so the check after the answer must turn each into an error."""
     with pytest.raises(anthropic.InternalServerError, match="does not follow its schema"):
         claude(server).messages.create(
-            model="m",
+            model=MODEL,
             max_tokens=MAX_TOKENS,
             messages=[{"role": "user", "content": ASK}],
             tools=[{"name": "fill", "description": "Fill in tags.", "input_schema": UNIQUE}],
@@ -117,14 +124,14 @@ def test_a_keyword_no_grammar_holds_is_never_a_broken_success(server: EngyServer
         )
     with pytest.raises(openai.InternalServerError, match="uniqueItems"):
         gpt(server).chat.completions.create(
-            model="m",
+            model=MODEL,
             max_tokens=MAX_TOKENS,
             messages=[{"role": "user", "content": ASK}],
             response_format={"type": "json_schema", "json_schema": {"name": "v", "schema": UNIQUE}},
         )
     # The server goes on: the next request is answered.
     ok = gpt(server).chat.completions.create(
-        model="m", max_tokens=8, messages=[{"role": "user", "content": "Say hi."}]
+        model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Say hi."}]
     )
     assert ok.choices[0].message.content
 
@@ -132,16 +139,14 @@ def test_a_keyword_no_grammar_holds_is_never_a_broken_success(server: EngyServer
 def test_strict_refuses_a_keyword_no_grammar_holds(server: EngyServer) -> None:
     with pytest.raises(openai.BadRequestError, match="uniqueItems") as err:
         gpt(server).responses.create(
-            model="m",
+            model=MODEL,
             input=ASK,
-            text={
-                "format": {"type": "json_schema", "name": "v", "schema": UNIQUE, "strict": True}
-            },
+            text={"format": {"type": "json_schema", "name": "v", "schema": UNIQUE, "strict": True}},
         )
     assert err.value.body["param"] == "text.format.schema"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError, match="uniqueItems"):
         gpt(server).chat.completions.create(
-            model="m",
+            model=MODEL,
             messages=[{"role": "user", "content": ASK}],
             response_format={
                 "type": "json_schema",

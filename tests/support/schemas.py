@@ -171,23 +171,51 @@ def objects() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def seeded(seed: int, tool: bool = False) -> dict[str, Any]:
-    """One schema drawn from `seed` (the same every run)."""
-    strategy = objects() if tool else schemas
+    """A schema of the same kinds, from a plain seed (the same every run),
+    with more in it than hypothesis' first, smallest draws: objects of a
+    few properties, each of any kind. `tool`: an object (an input_schema)."""
     rng = random.Random(seed)
-    found: list[dict[str, Any]] = []
+    if tool:
+        return _random_object(rng, 2)
+    return _random(rng, 2)
 
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import seed as fixed
 
-    @fixed(rng.randrange(1 << 30))
-    @settings(max_examples=1, database=None, suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def draw(schema: dict[str, Any]) -> None:
-        if not found:
-            found.append(schema)
+def _random(rng: random.Random, depth: int) -> dict[str, Any]:
+    kinds = ["integer", "number", "string", "string", "enum", "boolean"]
+    if depth > 0:
+        kinds += ["object", "object", "array", "anyOf"]
+    kind = rng.choice(kinds)
+    if kind == "integer":
+        low = rng.randint(-50, 300)
+        return {"type": "integer", "minimum": low, "maximum": low + rng.randint(0, 500)}
+    if kind == "number":
+        return {"type": "number", "exclusiveMinimum": 0, "maximum": rng.choice([1, 10, 100])}
+    if kind == "string":
+        pick = rng.randint(0, 2)
+        if pick == 0:
+            return {"type": "string", "format": rng.choice(FORMATS)}
+        if pick == 1:
+            return {"type": "string", "pattern": rng.choice(PATTERNS)}
+        return {"type": "string", "minLength": rng.randint(1, 5), "maxLength": rng.randint(6, 30)}
+    if kind == "enum":
+        return {"enum": rng.sample(["red", "green", "blue", 1, 2, None, True], rng.randint(1, 4))}
+    if kind == "boolean":
+        return {"type": "boolean"}
+    if kind == "object":
+        return _random_object(rng, depth - 1)
+    if kind == "array":
+        low = rng.randint(1, 2)
+        item = _random(rng, depth - 1)
+        return {"type": "array", "items": item, "minItems": low, "maxItems": low + 2}
+    return {"anyOf": [_random(rng, depth - 1), {"type": "null"}]}
 
-    draw()
-    return found[0]
+
+def _random_object(rng: random.Random, depth: int) -> dict[str, Any]:
+    names = rng.sample(["name", "count", "when", "id", "tags", "score", "kind"], rng.randint(1, 4))
+    props = {n: _random(rng, depth) for n in names}
+    required = [n for n in names if rng.random() < 0.7]
+    return {"type": "object", "properties": props, "required": required,
+            "additionalProperties": False}  # fmt: skip
 
 
 def validates(value: Any, schema: dict[str, Any]) -> str | None:
