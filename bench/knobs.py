@@ -19,10 +19,10 @@ from dataclasses import replace
 
 from engy_local.chat import Finished, Started, TextDelta
 from engy_local.prompt.prepare import SamplingParams
-from engy_local.runtime import context
-from engy_local.runtime.job import Job
-from engy_local.runtime.model import LoadOptions, Model
-from engy_local.runtime.worker import Worker
+from engy_local.runtime.engine.job import Job
+from engy_local.runtime.engine.worker import Worker
+from engy_local.runtime.loading import context
+from engy_local.runtime.loading.model import LoadOptions, Model
 from engy_local.server.backends import resolve_model
 from engy_local.server.options import ServeOptions
 

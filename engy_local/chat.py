@@ -168,11 +168,11 @@ class ChatRequest:
     provider: Provider | None = None
     # The answer's text is JSON (generation follows it as a grammar; with
     # tools under auto the answer is calls or that JSON, a forced call wins);
-    # None: free text. prompt/answerformat.py.
+    # None: free text. prompt/calls/answerformat.py.
     json_output: JsonOutput | None = None
     # > 0: a run of at least this many tokens that a cached prompt held
     # after where this one leaves it may be read from the cache at its new
-    # place (runtime/shift.py), trading exactness for a shorter read.
+    # place (runtime/cache/shift.py), trading exactness for a shorter read.
     cache_reuse: int = 0
 
 

@@ -149,7 +149,7 @@ class UpstreamLost(ServerError):
 
 class BrokenAnswer(ServerError):
     """The answer ended, and breaks a part of its schema that the grammar
-    could not hold (prompt/answercheck.py): never sent as a success."""
+    could not hold (grammar/answercheck.py): never sent as a success."""
 
 
 class RemoteError(EngyError):

@@ -21,16 +21,25 @@ MAY_IMPORT: dict[str, set[str]] = {
     "backend": {"chat"},
     "events": BASE,
     "models": BASE,
-    "prompt": BASE,
+    "grammar": BASE,
+    "prompt": BASE | {"grammar"},
     "protocols": BASE,
-    "runtime": BASE | {"backend", "events", "models", "prompt"},
-    "upstream": BASE | {"backend", "events", "models", "prompt"},
+    "runtime": BASE | {"backend", "events", "models", "grammar", "prompt"},
+    "upstream": BASE | {"backend", "events", "models", "grammar", "prompt"},
     "client": BASE | {"backend", "protocols"},
-    "server": BASE | {"backend", "events", "models", "prompt", "protocols", "runtime", "upstream"},
+    "server": BASE
+    | {"backend", "events", "models", "grammar", "prompt", "protocols", "runtime", "upstream"},
     "commands": BASE
-    | {"backend", "events", "models", "prompt", "protocols", "runtime", "upstream"}
+    | {"backend", "events", "models", "grammar", "prompt", "protocols", "runtime", "upstream"}
     | {"client", "server"},
     "__main__": {"commands"},
+}
+
+# Inside a part, its own parts in order (ARCHITECTURE.md): each may import
+# only itself and those before it; "" is the part's own top modules.
+INNER: dict[str, list[str]] = {
+    "runtime": ["faults", "loading", "cache", "engine", "pool", ""],
+    "prompt": ["parsing", "render", "families", "calls", ""],
 }
 
 
@@ -130,6 +139,36 @@ def test_no_private_name_is_imported_across_modules() -> None:
         if taken.startswith("_") and not taken.startswith("__")
     ]
     assert not found
+
+
+def inner(name: str) -> str:
+    """Which of its part's parts a module is in (INNER); "" for the part's
+    own top modules."""
+    parts = name.split(".")
+    order = INNER.get(part(name), [])
+    return parts[2] if len(parts) >= 3 and parts[2] in order else ""
+
+
+def test_each_inner_part_imports_only_what_is_above_it_in_its_list() -> None:
+    wrong = []
+    for name, targets in graph().items():
+        order = INNER.get(part(name))
+        if order is None:
+            continue
+        mine = order.index(inner(name))
+        for t in sorted(targets):
+            if part(t) == part(name) and order.index(inner(t)) > mine:
+                wrong.append(f"{name} -> {t}")
+    assert not wrong, "imports that run down the list of a part's parts:\n" + "\n".join(wrong)
+
+
+def test_no_part_is_over_30_percent_of_the_package() -> None:
+    """The parts stay of a size one reads as one thing (issue 60)."""
+    sizes: dict[str, int] = {}
+    for name, path in MODULES.items():
+        sizes[part(name)] = sizes.get(part(name), 0) + path.read_text().count("\n")
+    total = sum(sizes.values())
+    assert {p: round(n / total, 3) for p, n in sizes.items() if n > 0.3 * total} == {}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

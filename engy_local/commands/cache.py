@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import CatalogError
-from ..runtime.kvfiles import Entry, entries
+from ..runtime.cache.kvfiles import Entry, entries
 from .inventory import human_size
 
 

@@ -150,7 +150,7 @@ def list_catalog(models_dir: ModelsDir = None, as_json: AsJson = False) -> None:
     from ..models.catalog import load_catalog
     from ..models.folders import add_user_roots
     from ..models.store import installed
-    from ..runtime.fit import machine
+    from ..runtime.loading.fit import machine
     from .inventory import catalog_json, catalog_table
 
     add_user_roots(list(models_dir or ()))
@@ -188,7 +188,7 @@ def list_models(models_dir: ModelsDir = None, as_json: AsJson = False) -> None:
 
     from ..models.folders import add_user_roots
     from ..models.store import installed
-    from ..runtime.fit import machine
+    from ..runtime.loading.fit import machine
     from .inventory import list_json, list_table
 
     add_user_roots(list(models_dir or ()))

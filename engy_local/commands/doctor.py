@@ -105,8 +105,8 @@ class DoctorOptions:
 
 
 def check_backend() -> Check:
-    from ..runtime.devices import local_gpu
-    from ..runtime.rpc import build_has_rpc
+    from ..runtime.loading.devices import local_gpu
+    from ..runtime.loading.rpc import build_has_rpc
 
     backend = local_gpu()
     rpc = "RPC workers (--rpc): " + ("built in" if build_has_rpc() else "not built in")
@@ -125,8 +125,8 @@ def check_backend() -> Check:
 
 def check_devices(rpc: tuple[str, ...]) -> Check:
     """The devices layers can go to; with --rpc, the workers attached first."""
-    from ..runtime.devices import all_devices
-    from ..runtime.rpc import attach, parse_endpoints
+    from ..runtime.loading.devices import all_devices
+    from ..runtime.loading.rpc import attach, parse_endpoints
 
     try:
         if rpc:
@@ -145,7 +145,7 @@ def check_cpu() -> Check:
     """llama.cpp's AMX kernels crash quantized models (SIGILL in tilezero)
     on CPUs that report AMX; the engine's guard loads models without them
     there unless repacking is forced (--repack, ENGY_REPACK=1)."""
-    from ..runtime.cpu import ENV, build_has_amx, cpu_reports_amx, guard_line, use_repacking
+    from ..runtime.loading.cpu import ENV, build_has_amx, cpu_reports_amx, guard_line, use_repacking
 
     cores = os.cpu_count() or 0
     figure = f"{cores} cores; {guard_line()}"

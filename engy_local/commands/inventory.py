@@ -14,8 +14,8 @@ from ..models.download import progress_bar
 from ..models.ggufmeta import parameter_count, read_metadata, trained_context
 from ..models.pull import pull
 from ..models.store import Installed, Removed, find
-from ..runtime.fit import Fit, Machine, estimate
-from ..runtime.fit import machine as this_machine
+from ..runtime.loading.fit import Fit, Machine, estimate
+from ..runtime.loading.fit import machine as this_machine
 
 _SOURCE = {
     "catalog": "pulled",

@@ -200,8 +200,8 @@ def serve(
     """Serve a model on POST /v1/messages (Anthropic), /v1/responses and
     /v1/chat/completions (OpenAI)."""
     from ..models.folders import add_user_roots
-    from ..runtime.memory import check_flash, kv_type
-    from ..runtime.rpc import parse_tensor_split
+    from ..runtime.loading.memory import check_flash, kv_type
+    from ..runtime.loading.rpc import parse_tensor_split
     from ..server.start import run_server
 
     add_user_roots(list(models_dir or ()))

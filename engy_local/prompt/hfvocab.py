@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import TokenizerError
 from .families import Family, detect, get
-from .template import ChatTemplate
+from .render.template import ChatTemplate
 
 # Turn-ending tokens llama.cpp also treats as end of generation, where the
 # configs name only the document's end.

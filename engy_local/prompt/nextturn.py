@@ -6,15 +6,15 @@ the two part (a call written as bare JSON comes back as Qwen's
 `<tool_call>` block, spaced as `tojson` spaces it; a text re-tokenized
 otherwise than sampled), the next turn reads again from there. The engine
 reads the template's version in while the client runs its tools
-(runtime/worker.py), so the next turn reads only what is new.
+(runtime/engine/worker.py), so the next turn reads only what is new.
 """
 
 from __future__ import annotations
 
 from ..chat import Answer, ChatRequest, Message, Part, Text, ToolResult
 from ..errors import EngyError
-from .images import images_of
 from .prepare import PromptModel, render
+from .render.images import images_of
 
 # Two contents for the message after the answer: the renderings agree up
 # to where its content would begin.

@@ -14,19 +14,19 @@ import numpy as np
 
 from ..chat import ChatRequest, Message, ToolSpec
 from ..errors import InvalidRequest, PromptTooLong, UndecodableImage
-from .answercheck import AnswerCheck, answer_check
-from .answerformat import told
-from .autocall import call_or_answer_grammar, started_call_grammar
+from ..grammar.answercheck import AnswerCheck, answer_check
+from ..grammar.gbnf import fixed_start
+from ..grammar.schema import gaps
+from .calls.answerformat import told
+from .calls.autocall import call_or_answer_grammar, started_call_grammar
+from .calls.forced import forced_call_grammar, json_answer_grammar
 from .families import Family
-from .forced import forced_call_grammar, json_answer_grammar
-from .gbnf import fixed_start
-from .images import PlacedImages, image_placeholder, images_of, place_images
-from .layout import first_token_at, layout, token_offsets
-from .loosecalls import LooseCallParser, spellings
-from .messages import ImageSlots, to_template_messages, to_template_tools
-from .schema import gaps
-from .template import ChatTemplate
-from .toolparse import ForcedCallParser, ToolParser
+from .parsing.loosecalls import LooseCallParser, spellings
+from .parsing.toolparse import ForcedCallParser, ToolParser
+from .render.images import PlacedImages, image_placeholder, images_of, place_images
+from .render.layout import first_token_at, layout, token_offsets
+from .render.messages import ImageSlots, to_template_messages, to_template_tools
+from .render.template import ChatTemplate
 
 # Defaults for what a request leaves out (llama.cpp's own defaults).
 DEFAULT_TEMPERATURE = 0.8

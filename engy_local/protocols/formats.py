@@ -12,9 +12,9 @@ Pure translation. Each API names the same request differently:
 `text` (or no format) is free text: None. `json_object` is any JSON object:
 `JsonOutput()`. `json_schema` carries its schema (a json_schema without one,
 which Chat Completions allows, is any object) and `strict`: the grammar
-holds the answer to the schema as far as prompt/schema.py can say it; what
+holds the answer to the schema as far as grammar/schema.py can say it; what
 it cannot is refused under `strict` and checked after the answer otherwise
-(prompt/answercheck.py; docs/clients.md, keyword by keyword). A bad value
+(grammar/answercheck.py; docs/clients.md, keyword by keyword). A bad value
 is an `InvalidRequest` naming the field, which each protocol renders in its
 own error format.
 """

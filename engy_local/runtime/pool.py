@@ -23,15 +23,15 @@ from ..errors import Busy, EngyError, ModelLoadError, ModelNotFound, NotGGUF, No
 from ..models.ggufmeta import read_metadata, trained_context
 from ..prompt.nextturn import next_turn
 from ..prompt.prepare import count_tokens, prepare
-from .diskcache import DiskTier
-from .identity import model_identity
-from .job import Job
-from .kvfiles import DiskBudget
-from .local import LocalGeneration, ServedModel
-from .memory import check_fits, fit_window, footprint
-from .model import Model, backend_label, label_gpu
-from .segments import Layout
-from .worker import Worker
+from .cache.disk import DiskTier
+from .cache.identity import model_identity
+from .cache.kvfiles import DiskBudget
+from .cache.segments import Layout
+from .engine.job import Job
+from .engine.local import LocalGeneration, ServedModel
+from .engine.worker import Worker
+from .loading.memory import check_fits, fit_window, footprint
+from .loading.model import Model, backend_label, label_gpu
 
 log = logging.getLogger("engy.pool")
 

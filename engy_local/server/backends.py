@@ -15,12 +15,12 @@ from ..models.embedded import assemble
 from ..models.ggufmeta import read_metadata
 from ..models.store import Installed, find, installed
 from ..prompt.hfvocab import HFVocabulary, is_hf_tokenizer
-from ..runtime.devices import offload_devices
-from ..runtime.local import ServedModel
-from ..runtime.model import LoadOptions
+from ..runtime.engine.local import ServedModel
+from ..runtime.loading.devices import offload_devices
+from ..runtime.loading.model import LoadOptions
+from ..runtime.loading.rpc import attach, parse_endpoints
+from ..runtime.loading.vocab import Vocabulary as GGUFVocabulary
 from ..runtime.pool import DiskSettings, ModelPool
-from ..runtime.rpc import attach, parse_endpoints
-from ..runtime.vocab import Vocabulary as GGUFVocabulary
 from ..upstream import (
     LocalModel,
     Routed,

@@ -1,6 +1,6 @@
 """`x-engy-cache-reuse: N`: a request may read a run of N or more tokens
 from the cache at another position than the cached prompt had it
-(runtime/shift.py), as llama-server's --cache-reuse does for all.
+(runtime/cache/shift.py), as llama-server's --cache-reuse does for all.
 
 A prompt that leaves a cached one early is otherwise read again from there
 to its end, however much of the rest the cache holds. Reading a later run

@@ -12,9 +12,9 @@ from ..models.catalog import load_catalog
 from ..models.embedded import ready
 from ..models.suggest import for_real_work, machine_memory
 from ..protocols.images import ImageLimits
-from ..runtime import llamalog
-from ..runtime.cpu import guard_line
-from ..runtime.devices import offload_devices
+from ..runtime.loading import llamalog
+from ..runtime.loading.cpu import guard_line
+from ..runtime.loading.devices import offload_devices
 from ..upstream.routing import Served
 from .app import Settings, create_app
 from .backends import build_backend, store_hooks, upstream_specs

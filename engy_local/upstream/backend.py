@@ -33,8 +33,8 @@ from ..chat import ChatRequest, Event, PromptProgress, Started
 from ..errors import Busy, EngyError, ModelNotFound, NoWorker, UpstreamLost
 from ..events import Queue, drain
 from ..models.catalog import quant_of
-from ..prompt.assemble import AnswerAssembler
-from ..prompt.detokenize import Pieces, TextEnd, TokenText
+from ..prompt.parsing.assemble import AnswerAssembler
+from ..prompt.parsing.detokenize import Pieces, TextEnd, TokenText
 from ..prompt.prepare import Prepared, PromptModel, count_tokens, prepare
 from .errors import from_status, from_transport
 from .options import UpstreamOptions
@@ -43,7 +43,7 @@ from .wire import ENDPOINTS, Chunk, Grammar, grammar_dialect, parse_chunk, reque
 
 class Vocabulary(PromptModel, Pieces, Protocol):
     """The tokenizer engy renders an upstream's prompts with: a GGUF's
-    vocabulary alone (runtime/vocab.py) or a Hugging Face one (prompt/hfvocab.py).
+    vocabulary alone (runtime/loading/vocab.py) or a Hugging Face one (prompt/hfvocab.py).
     Its window is the upstream's, once asked."""
 
     n_ctx: int

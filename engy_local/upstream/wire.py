@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..prompt.detokenize import TextEnd
+from ..prompt.parsing.detokenize import TextEnd
 from ..prompt.prepare import SamplingParams
 
 Kind = Literal["llamacpp", "openai"]

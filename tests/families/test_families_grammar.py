@@ -15,8 +15,8 @@ from support.families.grammars import Vocabs, one_call
 from support.families.spec import Accepts, Case, Compiles, OwnCalls, RandomCalls
 from support.grammar import captured_tools
 
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from engy_local.prompt.calls.forced import forced_call_grammar
+from engy_local.runtime.engine.sampling import check_grammar
 
 
 @pytest.mark.parametrize(

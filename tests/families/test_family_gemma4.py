@@ -8,9 +8,9 @@ from support.families.gemma4 import template
 from support.families.roundtrip import READ, SEARCH
 
 from engy_local.chat import ToolSpec
+from engy_local.prompt.calls.forced import forced_call_grammar
 from engy_local.prompt.families import get
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from engy_local.runtime.engine.sampling import check_grammar
 
 
 def test_thinking_is_the_templates_enable_thinking() -> None:

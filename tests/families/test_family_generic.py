@@ -20,10 +20,10 @@ from support.families.generic import (
 )
 
 from engy_local.chat import Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
+from engy_local.prompt.calls.forced import forced_call_grammar
 from engy_local.prompt.families import detect_family, get
 from engy_local.prompt.families.generic import as_text, describe
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from engy_local.runtime.engine.sampling import check_grammar
 
 # ---- the system prompt ---------------------------------------------------------------
 

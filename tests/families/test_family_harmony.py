@@ -14,8 +14,8 @@ from support.families.harmony import GPT_OSS, LIST_DIR, READ, SCHEMA, TINY
 from support.families.prompts import template
 from support.families.roundtrip import TIMEOUT, model_id, tiny_server
 
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from engy_local.prompt.calls.forced import forced_call_grammar
+from engy_local.runtime.engine.sampling import check_grammar
 
 
 def test_quirks_of_the_template() -> None:

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from engy_local.commands.cli import app
 from engy_local.commands.inventory import fit_warning
 from engy_local.models.ggufmeta import read_metadata, tensor_sizes
-from engy_local.runtime.fit import Machine, estimate
-from engy_local.runtime.memory import GPU_MARGIN, footprint, layers_of
+from engy_local.runtime.loading.fit import Machine, estimate
+from engy_local.runtime.loading.memory import GPU_MARGIN, footprint, layers_of
 
 GiB = 1 << 30
 BIG = 1 << 40

@@ -11,11 +11,11 @@ import pytest
 
 from engy_local.chat import ChatRequest, JsonOutput, Message, Text, ToolSpec
 from engy_local.errors import BrokenAnswer, InvalidRequest
-from engy_local.prompt.answercheck import answer_check
-from engy_local.prompt.assemble import AnswerAssembler
+from engy_local.grammar.answercheck import answer_check
+from engy_local.grammar.schema import gaps
+from engy_local.prompt.parsing.assemble import AnswerAssembler
+from engy_local.prompt.parsing.toolparse import HermesParser
 from engy_local.prompt.prepare import refuse_gaps
-from engy_local.prompt.schema import gaps
-from engy_local.prompt.toolparse import HermesParser
 
 # keyword, schema, the gap it names, a value that validates, one that breaks it
 GAPS: list[tuple[str, dict[str, Any], str, Any, Any]] = [

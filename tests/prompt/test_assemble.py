@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from engy_local.chat import ToolCallEnd, ToolCallStart
-from engy_local.prompt.assemble import AnswerAssembler
-from engy_local.prompt.toolparse import HermesParser
+from engy_local.prompt.parsing.assemble import AnswerAssembler
+from engy_local.prompt.parsing.toolparse import HermesParser
 
 
 def call(name: str, arguments: str) -> str:

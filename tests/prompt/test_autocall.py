@@ -15,10 +15,14 @@ import pytest
 from support.grammar import CLIENTS, Vocab, captured_tools
 
 from engy_local.chat import ToolSpec
-from engy_local.prompt.autocall import LazyGrammar, call_or_answer_grammar, started_call_grammar
+from engy_local.prompt.calls.autocall import (
+    LazyGrammar,
+    call_or_answer_grammar,
+    started_call_grammar,
+)
+from engy_local.prompt.calls.forced import forced_call_grammar
 from engy_local.prompt.families import get, registry
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from engy_local.runtime.engine.sampling import check_grammar
 
 WEATHER = ToolSpec(
     "get_weather",

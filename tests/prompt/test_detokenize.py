@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from support.paths import FIXTURES
 
-from engy_local.prompt.detokenize import TokenText
 from engy_local.prompt.families import detect
 from engy_local.prompt.families.base import Family
+from engy_local.prompt.parsing.detokenize import TokenText
 from engy_local.prompt.prepare import turn_ends
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.template import ChatTemplate
 
 PIECES = {1: b"Hi", 2: b" there", 3: b"<|im_start|>", 4: b"user", 5: b"<|start|>", 9: b"<|im_end|>"}
 

@@ -14,11 +14,11 @@ from llama_cpp.llama_grammar import LlamaGrammar
 from support.grammar import CLIENTS, Vocab, captured_tools
 
 from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from engy_local.grammar.schema import gaps
+from engy_local.prompt.calls.forced import forced_call_grammar, json_answer_grammar
 from engy_local.prompt.families import get
-from engy_local.prompt.forced import forced_call_grammar, json_answer_grammar
-from engy_local.prompt.schema import gaps
-from engy_local.prompt.toolparse import HermesParser
-from engy_local.runtime.sampling import check_grammar
+from engy_local.prompt.parsing.toolparse import HermesParser
+from engy_local.runtime.engine.sampling import check_grammar
 
 
 @pytest.mark.parametrize("request_file", CLIENTS)

@@ -13,8 +13,8 @@ import pytest
 
 from engy_local.chat import ToolSpec
 from engy_local.errors import InvalidRequest
-from engy_local.prompt.forced import MAX_GRAMMAR, forced_call_grammar
-from engy_local.runtime.sampling import check_grammar
+from engy_local.prompt.calls.forced import MAX_GRAMMAR, forced_call_grammar
+from engy_local.runtime.engine.sampling import check_grammar
 
 
 def nest(depth: int, wrap: Any) -> Any:

@@ -15,11 +15,11 @@ import pytest
 from support.grammar import Vocab
 
 from engy_local.chat import STRING_GRAMMAR, ToolCallEnd, ToolSpec
-from engy_local.prompt.forced import forced_call_grammar
-from engy_local.prompt.messages import to_template_tools
-from engy_local.prompt.toolparse import HermesParser
+from engy_local.prompt.calls.forced import forced_call_grammar
+from engy_local.prompt.parsing.toolparse import HermesParser
+from engy_local.prompt.render.messages import to_template_tools
 from engy_local.protocols.responses_request import parse_request
-from engy_local.runtime.sampling import check_grammar
+from engy_local.runtime.engine.sampling import check_grammar
 
 # A patch-like format of our own, in the constructs tools use: rules and
 # terminals, literals, regexes, ? + *, [ ], ranges, ~ n..m, an alias, a

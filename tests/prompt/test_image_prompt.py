@@ -12,9 +12,9 @@ from support.images import BLUE, GREEN, RED, png
 from support.paths import FIXTURES
 
 from engy_local.chat import Image, Message, Text, ToolCall, ToolResult
-from engy_local.prompt.images import image_placeholder, place_images
-from engy_local.prompt.messages import ImageSlots, to_template_messages
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.images import image_placeholder, place_images
+from engy_local.prompt.render.messages import ImageSlots, to_template_messages
+from engy_local.prompt.render.template import ChatTemplate
 
 FIXTURES = FIXTURES / "chat-templates"
 MARKER = "<__media__>"

@@ -90,8 +90,8 @@ def test_each_call_of_a_run_goes_out_once_complete() -> None:
     out when their object closes, not when the run ends; a run cut by the
     token limit keeps the calls before the cut one."""
     from engy_local.chat import ToolCallEnd
-    from engy_local.prompt.loosecalls import LooseCallParser
-    from engy_local.prompt.toolparse import HermesParser
+    from engy_local.prompt.parsing.loosecalls import LooseCallParser
+    from engy_local.prompt.parsing.toolparse import HermesParser
 
     second = '{"name": "Read", "arguments": {"file_path": "b"}}'
     parser = LooseCallParser(

@@ -25,7 +25,7 @@ from engy_local.chat import (
 )
 from engy_local.prompt.nextturn import next_turn
 from engy_local.prompt.prepare import prepare
-from engy_local.runtime.vocab import Vocabulary
+from engy_local.runtime.loading.vocab import Vocabulary
 
 READ = ToolSpec(
     "Read",

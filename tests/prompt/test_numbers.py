@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 from support.grammar import Vocab
 
-from engy_local.prompt.numbers import integer_range, number_range
+from engy_local.grammar.numbers import integer_range, number_range
 
 INTEGER_RANGES = [
     (3, 319),  # the issue's {"minimum": 3, "maximum": 319}, which let 320 through

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from engy_local.chat import ChatRequest, JsonOutput, Message, Sampling, Text, ToolChoice, ToolSpec
-from engy_local.prompt.answerformat import format_hint
+from engy_local.prompt.calls.answerformat import format_hint
 from engy_local.prompt.prepare import json_answer, prepare, render
-from engy_local.runtime.vocab import Vocabulary
+from engy_local.runtime.loading.vocab import Vocabulary
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 LS = ToolSpec("ls", "List files.", {"type": "object"})

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from support.grammar import Vocab
 from support.schemas import schemas, validates
 
+from engy_local.grammar.schema import gaps
+from engy_local.prompt.calls.forced import json_answer_grammar
 from engy_local.prompt.families import get
-from engy_local.prompt.forced import json_answer_grammar
-from engy_local.prompt.schema import gaps
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from engy_local.errors import InvalidRequest
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.template import ChatTemplate
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -13,7 +13,7 @@ from support.paths import FIXTURES
 
 from engy_local.chat import Image, Message, Text, Thinking, ToolCall, ToolResult, ToolSpec
 from engy_local.errors import BadTemplate, InvalidRequest
-from engy_local.prompt.messages import (
+from engy_local.prompt.render.messages import (
     NO_QUIRKS,
     Quirks,
     mistral_call_id,
@@ -21,7 +21,7 @@ from engy_local.prompt.messages import (
     to_template_messages,
     to_template_tools,
 )
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.template import ChatTemplate
 
 FIXTURES = FIXTURES / "chat-templates"
 TEMPLATE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.jinja")) if FIXTURES.is_dir() else []

@@ -1,6 +1,6 @@
 """The output parsers: realistic model outputs, each fed whole, split at every
 offset and character by character, must always give the same text, thinking
-and calls; every bad-output rule of `engy_local.prompt.toolparse` has a row."""
+and calls; every bad-output rule of `engy_local.prompt.parsing.toolparse` has a row."""
 
 from __future__ import annotations
 
@@ -11,15 +11,9 @@ import pytest
 from support.parsing import TOOLS, Result, assert_parses, calls, parse, random_value
 from support.paths import FIXTURES
 
-from engy_local.chat import (
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
+from engy_local.chat import TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from engy_local.prompt.families import detect_family, get, make_parser
-from engy_local.prompt.toolparse import (
+from engy_local.prompt.parsing.toolparse import (
     HermesParser,
     JsonScanner,
     PlainParser,

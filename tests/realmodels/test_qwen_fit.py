@@ -12,7 +12,7 @@ import pytest
 from support.realmodels import QWEN_05B, need
 from support.server import EngyServer
 
-from engy_local.runtime.fit import Machine, estimate
+from engy_local.runtime.loading.fit import Machine, estimate
 
 WINDOW = 8192
 PARALLEL = 4

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from engy_local.runtime.prefixes import NEAR, STRIDE, Prefixes, points
+from engy_local.runtime.cache.prefixes import NEAR, STRIDE, Prefixes, points
 
 R = SimpleNamespace(recurrent=True, n_swa=0)  # recurrent state (a hybrid too)
 W = SimpleNamespace(recurrent=False, n_swa=512)  # a sliding window

@@ -24,13 +24,13 @@ from support.runs import Run, run
 from engy_local.chat import ChatRequest, Message, Sampling, Text
 from engy_local.errors import TemplateLimitHit
 from engy_local.prompt.prepare import prepare
-from engy_local.runtime import kvstate
-from engy_local.runtime.identity import Identity
-from engy_local.runtime.kvfiles import read_file
-from engy_local.runtime.local import ServedModel
-from engy_local.runtime.model import LoadOptions
+from engy_local.runtime.cache import kvstate
+from engy_local.runtime.cache.identity import Identity
+from engy_local.runtime.cache.kvfiles import read_file
+from engy_local.runtime.engine.local import ServedModel
+from engy_local.runtime.loading.model import LoadOptions
+from engy_local.runtime.loading.vocab import Vocabulary
 from engy_local.runtime.pool import DiskSettings, ModelPool
-from engy_local.runtime.vocab import Vocabulary
 
 
 def prompt_text(seed: int, lines: int = 60) -> str:
@@ -177,8 +177,8 @@ def test_a_full_disk_turns_the_tier_off(
 
 
 def test_the_cells_cut_apart_and_put_together_are_the_state(tiny_qwen3: Path) -> None:
-    from engy_local.runtime.context import Context
-    from engy_local.runtime.model import Model
+    from engy_local.runtime.loading.context import Context
+    from engy_local.runtime.loading.model import Model
 
     model = Model(LoadOptions(tiny_qwen3, ctx_size=4096, threads=2, parallel=2))
     ctx = Context(model)

@@ -22,10 +22,10 @@ from support.paths import CACHE, need_fixtures
 from support.runs import Run, finish, run
 
 from engy_local.chat import ChatRequest, Message, Sampling, Text
-from engy_local.runtime.local import ServedModel
-from engy_local.runtime.model import LoadOptions
+from engy_local.runtime.cache.prefixes import NEAR
+from engy_local.runtime.engine.local import ServedModel
+from engy_local.runtime.loading.model import LoadOptions
 from engy_local.runtime.pool import DiskSettings, ModelPool
-from engy_local.runtime.prefixes import NEAR
 
 # (arch, template): Qwen3.5 with Qwen3's template, whose thinking switch
 # writes an empty think block that a re-rendered answer drops; LFM2 with its own.

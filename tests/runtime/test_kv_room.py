@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from engy_local.chat import ChatRequest, Finished, Message, Sampling, Text
-from engy_local.runtime.local import ServedModel
-from engy_local.runtime.model import LoadOptions
+from engy_local.runtime.engine.local import ServedModel
+from engy_local.runtime.loading.model import LoadOptions
 from engy_local.runtime.pool import ModelPool
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engy_local.runtime import kvstate
+from engy_local.runtime.cache import kvstate
 
 
 def cache(positions: list[int], ext: bool, v_trans: int = 0) -> kvstate.Cache:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from engy_local.errors import ModelLoadError
-from engy_local.runtime import llamalog
-from engy_local.runtime.model import LoadOptions, Model
+from engy_local.runtime.loading import llamalog
+from engy_local.runtime.loading.model import LoadOptions, Model
 
 # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 NONE, DEBUG, INFO, WARN, ERROR, CONT = range(6)

@@ -16,11 +16,11 @@ import pytest
 
 from engy_local.chat import ChatRequest, Finished, Message, Sampling, Text, TextDelta
 from engy_local.errors import ServerError
-from engy_local.runtime.context import BATCH, Context
-from engy_local.runtime.local import ServedModel
-from engy_local.runtime.model import Model
+from engy_local.runtime.engine.local import ServedModel
+from engy_local.runtime.engine.speculate import WIDE, output_rows
+from engy_local.runtime.loading.context import BATCH, Context
+from engy_local.runtime.loading.model import Model
 from engy_local.runtime.pool import ModelPool
-from engy_local.runtime.speculate import WIDE, output_rows
 
 MIB = 1 << 20
 

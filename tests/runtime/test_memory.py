@@ -12,8 +12,8 @@ from support.paths import CACHE
 
 from engy_local.errors import DoesNotFit, KVTypeError
 from engy_local.models.ggufmeta import tensor_sizes
-from engy_local.runtime import llamalog
-from engy_local.runtime.memory import (
+from engy_local.runtime.loading import llamalog
+from engy_local.runtime.loading.memory import (
     Footprint,
     Layers,
     Offload,

@@ -18,10 +18,10 @@ from support.paths import CACHE, need_fixtures
 from support.runs import Sink, wait_for
 
 from engy_local.prompt.prepare import SamplingParams
-from engy_local.runtime.job import Job
-from engy_local.runtime.model import Model
-from engy_local.runtime.prefixes import NEAR
-from engy_local.runtime.worker import Worker
+from engy_local.runtime.cache.prefixes import NEAR
+from engy_local.runtime.engine.job import Job
+from engy_local.runtime.engine.worker import Worker
+from engy_local.runtime.loading.model import Model
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -28,8 +28,8 @@ from support.server import EngyServer, free_port
 
 from engy_local.commands.ps import fetch_status
 from engy_local.errors import RPCError
-from engy_local.runtime import rpc
-from engy_local.runtime.rpc import Endpoint, parse_endpoints, parse_tensor_split
+from engy_local.runtime.loading import rpc
+from engy_local.runtime.loading.rpc import Endpoint, parse_endpoints, parse_tensor_split
 
 BUILD = REPO / "scripts" / "build_rpc_server.sh"
 
@@ -339,7 +339,7 @@ def test_ps_shows_the_split_once_a_model_offloads() -> None:
     ],
 )
 def test_the_split_from_the_load_log(log: str, line: str, remote: float) -> None:
-    from engy_local.runtime.llamalog import parse_split
+    from engy_local.runtime.loading.llamalog import parse_split
 
     split = parse_split(log)
     assert split.line() == line

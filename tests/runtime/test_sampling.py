@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from engy_local.prompt.prepare import SamplingParams
-from engy_local.runtime.context import Context
-from engy_local.runtime.model import LoadOptions, Model
-from engy_local.runtime.sampling import Sampler
+from engy_local.runtime.engine.sampling import Sampler
+from engy_local.runtime.loading.context import Context
+from engy_local.runtime.loading.model import LoadOptions, Model
 
 
 @pytest.fixture(scope="module")

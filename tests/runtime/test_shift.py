@@ -1,4 +1,4 @@
-"""Reading a later run of cached tokens at its new position (runtime/shift.py,
+"""Reading a later run of cached tokens at its new position (runtime/cache/shift.py,
 a request's x-engy-cache-reuse): where the run is found (a table), and on
 Qwen2.5-Coder-0.5B in-process, a new Claude Code-shaped session in another
 folder reads the environment section after the path from the cache, from
@@ -18,8 +18,8 @@ from support.flows import Cold, Engine, conversation, parted, question, rules, w
 from support.realmodels import QWEN_05B, need
 
 from engy_local.chat import ChatRequest
-from engy_local.runtime.shift import find
-from engy_local.runtime.slots import common_prefix
+from engy_local.runtime.cache.shift import find
+from engy_local.runtime.cache.slots import common_prefix
 
 # old, prompt, start, least -> (src, at, n) or None
 FIND = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engy_local.runtime.cache import PromptCache
-from engy_local.runtime.cpu import build_has_amx, cpu_reports_amx, decide
-from engy_local.runtime.slots import Checkpoint, Option, Slot, choose, common_prefix
+from engy_local.runtime.cache.ram import PromptCache
+from engy_local.runtime.cache.slots import Checkpoint, Option, Slot, choose, common_prefix
+from engy_local.runtime.loading.cpu import build_has_amx, cpu_reports_amx, decide
 
 SYSTEM = list(range(1000, 1400))  # a 400-token system prompt shared by two agents
 CONV_A = [*SYSTEM, *range(1, 301)]  # conversation A after its first turn

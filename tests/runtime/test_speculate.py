@@ -28,13 +28,11 @@ from engy_local.chat import (
     ToolSpec,
     Usage,
 )
-from engy_local.prompt.detokenize import TextEnd, TokenText
-from engy_local.runtime import scheduler as scheduler_module
-from engy_local.runtime.job import Job
-from engy_local.runtime.local import ServedModel
-from engy_local.runtime.model import LoadOptions
-from engy_local.runtime.pool import ModelPool
-from engy_local.runtime.speculate import (
+from engy_local.prompt.parsing.detokenize import TextEnd, TokenText
+from engy_local.runtime.engine import scheduler as scheduler_module
+from engy_local.runtime.engine.job import Job
+from engy_local.runtime.engine.local import ServedModel
+from engy_local.runtime.engine.speculate import (
     LEAD,
     RECENT,
     RETRY,
@@ -45,6 +43,8 @@ from engy_local.runtime.speculate import (
     Gate,
     Recent,
 )
+from engy_local.runtime.loading.model import LoadOptions
+from engy_local.runtime.pool import ModelPool
 
 FILE = "\n".join(
     f"The keeper climbed the {w} stairs at dusk and lit lamp number {i}."

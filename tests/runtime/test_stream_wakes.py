@@ -13,9 +13,9 @@ import pytest
 
 from engy_local.chat import TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from engy_local.errors import ServerError
-from engy_local.prompt.toolparse import merged
-from engy_local.runtime import local
-from engy_local.runtime.local import LocalGeneration
+from engy_local.prompt.parsing.toolparse import merged
+from engy_local.runtime.engine import local
+from engy_local.runtime.engine.local import LocalGeneration
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 from support.grammar import FIXTURES
 
-from engy_local.prompt.template import ChatTemplate
-from engy_local.runtime.model import tokenize_text
-from engy_local.runtime.slots import common_prefix
-from engy_local.runtime.tokenizing import MIN_REUSE, PrefixTokenizer
-from engy_local.runtime.vocab import Vocabulary
+from engy_local.prompt.render.template import ChatTemplate
+from engy_local.runtime.cache.slots import common_prefix
+from engy_local.runtime.loading.model import tokenize_text
+from engy_local.runtime.loading.tokenizing import MIN_REUSE, PrefixTokenizer
+from engy_local.runtime.loading.vocab import Vocabulary
 
 TEMPLATES = FIXTURES / "chat-templates"
 SPM_TEMPLATE = (

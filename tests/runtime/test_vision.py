@@ -21,7 +21,7 @@ from support.images import BLUE, GREEN, RED, png
 llama_cpp = pytest.importorskip("llama_cpp")
 
 from engy_local.errors import InvalidRequest, ProjectorLoadError, UndecodableImage  # noqa: E402
-from engy_local.runtime.vision import MARKER, Projector, image_id  # noqa: E402
+from engy_local.runtime.loading.vision import MARKER, Projector, image_id  # noqa: E402
 
 N_CTX = 512
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from support.flows import Cold, Engine, conversation, parted, question, title_request
 
-from engy_local.runtime import widen
-from engy_local.runtime.speculate import LONG, PROBE, SIZES, WIDE, Costs, Gate
+from engy_local.runtime.engine import widen
+from engy_local.runtime.engine.speculate import LONG, PROBE, SIZES, WIDE, Costs, Gate
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,8 +14,8 @@ from support.runs import Sink, wait_for
 from engy_local.chat import Finished
 from engy_local.errors import Busy
 from engy_local.prompt.prepare import SamplingParams
-from engy_local.runtime.model import LoadOptions, Model
-from engy_local.runtime.worker import Job, Worker
+from engy_local.runtime.engine.worker import Job, Worker
+from engy_local.runtime.loading.model import LoadOptions, Model
 
 
 @pytest.fixture(scope="module")

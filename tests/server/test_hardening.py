@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from engy_local.chat import TextDelta, ToolCallEnd, ToolCallStart
 from engy_local.commands.cli import app
 from engy_local.prompt.families import make_parser
-from engy_local.prompt.toolparse import ForcedCallParser
+from engy_local.prompt.parsing.toolparse import ForcedCallParser
 from engy_local.server.guard import AccessPolicy, key_matches
 
 KEY = "sk-local-test"

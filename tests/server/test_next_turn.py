@@ -4,7 +4,7 @@ models do) and then answers: while the client runs the tool the server
 reads the call as the template writes it (Llama 3.1's `tojson` spacing),
 so turn 2 evaluates only the tool's result and what follows it; its
 answer is the one the model gives. Without the read-in turn 2 evaluates
-the call again (prompt/nextturn.py, runtime/worker.py)."""
+the call again (prompt/nextturn.py, runtime/engine/worker.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from support.layouts import ollama_manifest, ollama_pull, place, snapshot
 from support.paths import ANSWER
 from support.server import EngyServer
 
-from engy_local.runtime.fit import Machine, estimate
+from engy_local.runtime.loading.fit import Machine, estimate
 
 WINDOW = 4096
 PARALLEL = 4

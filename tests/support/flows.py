@@ -38,13 +38,13 @@ from engy_local.chat import (
     ToolSpec,
     Usage,
 )
-from engy_local.prompt.detokenize import TextEnd, TokenText
-from engy_local.runtime import scheduler as scheduler_module
-from engy_local.runtime.job import Job
-from engy_local.runtime.local import ServedModel
-from engy_local.runtime.model import LoadOptions
+from engy_local.prompt.parsing.detokenize import TextEnd, TokenText
+from engy_local.runtime.cache.slots import common_prefix
+from engy_local.runtime.engine import scheduler as scheduler_module
+from engy_local.runtime.engine.job import Job
+from engy_local.runtime.engine.local import ServedModel
+from engy_local.runtime.loading.model import LoadOptions
 from engy_local.runtime.pool import DiskSettings, ModelPool
-from engy_local.runtime.slots import common_prefix
 
 Kind = Literal["full", "window", "recurrent"]
 
@@ -321,8 +321,8 @@ def logit_margin(options: LoadOptions, tokens: list[int], a: int, b: int) -> flo
     import llama_cpp
     import numpy as np
 
-    from engy_local.runtime.context import Context
-    from engy_local.runtime.model import Model
+    from engy_local.runtime.loading.context import Context
+    from engy_local.runtime.loading.model import Model
 
     loaded = Model(options)
     ctx = Context(loaded)
@@ -383,7 +383,7 @@ class Seen:
 
 
 def kind_of(model: Path, **load: object) -> Kind:
-    from engy_local.runtime.model import Model
+    from engy_local.runtime.loading.model import Model
 
     loaded = Model(replace(load_options(model, **load), parallel=1))
     try:

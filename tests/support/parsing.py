@@ -17,8 +17,8 @@ from engy_local.chat import (
     ToolCallStart,
 )
 from engy_local.prompt.families import make_parser
-from engy_local.prompt.loosecalls import LooseCallParser
-from engy_local.prompt.toolparse import ToolParser
+from engy_local.prompt.parsing.loosecalls import LooseCallParser
+from engy_local.prompt.parsing.toolparse import ToolParser
 
 TOOLS = ("Bash", "Read", "Write", "get_goal")
 

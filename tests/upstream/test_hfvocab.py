@@ -17,7 +17,7 @@ from support.server import EngyServer
 from engy_local.prompt.hfvocab import HFVocabulary, is_hf_tokenizer
 from engy_local.prompt.prepare import prepare
 from engy_local.protocols.anthropic import parse_request
-from engy_local.runtime.vocab import Vocabulary
+from engy_local.runtime.loading.vocab import Vocabulary
 
 TEMPLATE = "Qwen-Qwen3-0.6B.jinja"
 

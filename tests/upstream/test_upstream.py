@@ -36,7 +36,7 @@ from engy_local.errors import (
     ServerError,
     UpstreamLost,
 )
-from engy_local.prompt.detokenize import StopScanner
+from engy_local.prompt.parsing.detokenize import StopScanner
 from engy_local.upstream.errors import from_status, from_transport
 from engy_local.upstream.spec import UpstreamSpec, parse_spec
 from engy_local.upstream.wire import Chunk, parse_chunk, request_body
@@ -240,7 +240,7 @@ def local_count(tiny_answer: Path) -> Any:
     """The local engine's exact prompt size of a Messages body."""
     from engy_local.prompt.prepare import count_tokens
     from engy_local.protocols.anthropic import parse_request
-    from engy_local.runtime.model import LoadOptions, Model
+    from engy_local.runtime.loading.model import LoadOptions, Model
 
     model = Model(LoadOptions(tiny_answer, ctx_size=8192))
 

@@ -44,8 +44,8 @@ from collections.abc import Callable, Collection
 from functools import cache
 
 from ...errors import BadTemplate
-from ..template import ChatTemplate
-from ..toolparse import ToolParser
+from ..parsing.toolparse import ToolParser
+from ..render.template import ChatTemplate
 from .base import CallRules, Family, ToolRules
 
 __all__ = ["CallRules", "Family", "ToolRules", "detect", "detect_family", "get", "make_parser"]

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...chat import Message, ToolSpec
-from ..schema import JSON, Notation
-from ..toolparse import ParserFactory
+from ...grammar.schema import JSON, Notation
+from ..parsing.toolparse import ParserFactory
 
 # (tool names, the rule name of each tool's arguments object, rules so far)
 # -> adds a rule "call" matching one call in the family's syntax.

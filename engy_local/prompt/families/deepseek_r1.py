@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 
 from ...chat import Message, ToolSpec
-from ..gbnf import literal
+from ...grammar.gbnf import literal
 from .base import Family
 from .deepseek_v31 import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP, with_tools_described
 from .framed import JsonCallsParser

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...chat import Message, Text, ToolSpec
-from ..gbnf import literal
+from ...grammar.gbnf import literal
 from .base import Family
 from .framed import JsonCallsParser
 

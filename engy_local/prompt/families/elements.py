@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...chat import ToolSpec
-from ..gbnf import literal, until
-from ..schema import value_rules
+from ...grammar.gbnf import literal, until
+from ...grammar.schema import value_rules
 
 __all__ = ["ElementLayout", "element_call_rules", "value_kinds"]
 

@@ -41,8 +41,8 @@ import re
 from collections.abc import Callable, Collection
 
 from ...chat import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
-from ..jsonscan import JsonScanner, repair_object
-from ..toolparse import PlainParser, held
+from ..parsing.jsonscan import JsonScanner, repair_object
+from ..parsing.toolparse import PlainParser, held
 
 __all__ = [
     "JsonArgs",

@@ -57,18 +57,11 @@ import re
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ...chat import (
-    Event,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
-from ..gbnf import literal
-from ..jsonscan import WHITESPACE, JsonOut
-from ..schema import Notation
-from ..toolparse import StepParser, held
+from ...chat import Event, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ...grammar.gbnf import literal
+from ...grammar.schema import Notation
+from ..parsing.jsonscan import WHITESPACE, JsonOut
+from ..parsing.toolparse import StepParser, held
 from .base import Family
 
 CALL_OPEN = "<|tool_call>"

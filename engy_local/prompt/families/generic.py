@@ -15,7 +15,7 @@ The template gets no `tools`; the conversation is rewritten instead
   for one without, the prompt quirks make it user text.
 
 Output is parsed, and calls forced, exactly as for hermes (see
-`engy_local.prompt.toolparse` for the rules on bad output).
+`engy_local.prompt.parsing.toolparse` for the rules on bad output).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ...chat import Message, Part, Text, ToolCall, ToolResult, ToolSpec
-from ..toolparse import HermesParser
+from ..parsing.toolparse import HermesParser
 from .base import Family
 from .hermes import call_rules
 

@@ -68,17 +68,10 @@ import re
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ...chat import (
-    Event,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
-from ..gbnf import literal
-from ..jsonscan import JsonScanner
-from ..toolparse import StepParser, held
+from ...chat import Event, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ...grammar.gbnf import literal
+from ..parsing.jsonscan import JsonScanner
+from ..parsing.toolparse import StepParser, held
 from .base import Family
 
 START = "<|start|>"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ..gbnf import literal
-from ..toolparse import HermesParser
+from ...grammar.gbnf import literal
+from ..parsing.toolparse import HermesParser
 from .base import Family
 
 

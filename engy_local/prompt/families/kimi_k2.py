@@ -16,7 +16,7 @@ the arguments is dropped. Forced calls let the model write the index.
 
 from __future__ import annotations
 
-from ..gbnf import literal
+from ...grammar.gbnf import literal
 from .base import Family
 from .framed import JsonCallsParser
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...chat import ToolSpec
-from ..gbnf import literal
+from ...grammar.gbnf import literal
 from .base import Family
 from .elements import ElementLayout, element_call_rules
 from .framed import MarkupCallsParser

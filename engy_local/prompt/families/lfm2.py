@@ -61,12 +61,12 @@ from ...chat import (
     ToolCallStart,
     ToolSpec,
 )
-from ..gbnf import literal
-from ..jsonscan import WHITESPACE
-from ..messages import PARAGRAPH
-from ..pyargs import MAX_NAME, STOPS, Arguments
-from ..schema import JSON_CHAR, Notation, root_schema, value_rules
-from ..toolparse import PlainParser, held
+from ...grammar.gbnf import literal
+from ...grammar.schema import JSON_CHAR, Notation, root_schema, value_rules
+from ..parsing.jsonscan import WHITESPACE
+from ..parsing.pyargs import MAX_NAME, STOPS, Arguments
+from ..parsing.toolparse import PlainParser, held
+from ..render.messages import PARAGRAPH
 from .base import Family
 
 START = "<|tool_call_start|>"

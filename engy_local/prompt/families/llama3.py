@@ -43,9 +43,9 @@ import json
 from collections.abc import Callable, Collection
 
 from ...chat import Event, TextDelta, ToolCallDelta, ToolCallEnd
-from ..gbnf import literal
-from ..jsonscan import WHITESPACE
-from ..toolparse import CallBlock, PlainParser, held
+from ...grammar.gbnf import literal
+from ..parsing.jsonscan import WHITESPACE
+from ..parsing.toolparse import CallBlock, PlainParser, held
 from .base import Family
 
 PYTHON_TAG = "<|python_tag|>"

@@ -20,7 +20,7 @@ The model's own call ids are not kept: every call gets a fresh id from
 demand when a conversation is rendered again.
 
 Reasoning, text, streaming and the shared bad-output rules are those of
-`engy_local.prompt.toolparse`, with [THINK] / [/THINK] for the tags. Rules
+`engy_local.prompt.parsing.toolparse`, with [THINK] / [/THINK] for the tags. Rules
 of this family, where a Mistral call has no closing tag:
 - A call ends where its arguments' JSON value ends (the list form: at the
   `]` after the last object); text after it is text, whitespace touching a
@@ -45,9 +45,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from ...chat import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
-from ..gbnf import literal
-from ..jsonscan import WHITESPACE, JsonScanner, decode_string, repair_object
-from ..toolparse import CallBlock, PlainParser, held
+from ...grammar.gbnf import literal
+from ..parsing.jsonscan import WHITESPACE, JsonScanner, decode_string, repair_object
+from ..parsing.toolparse import CallBlock, PlainParser, held
 from .base import Family
 
 OPEN = "[TOOL_CALLS]"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ..gbnf import literal
+from ...grammar.gbnf import literal
 from .base import Family
 from .mistral import OPEN, MistralParser
 

@@ -3,7 +3,7 @@ only; tool calls for these models come through the generic family."""
 
 from __future__ import annotations
 
-from ..toolparse import PlainParser
+from ..parsing.toolparse import PlainParser
 from .base import Family
 
 FAMILY = Family(name="none", markers=(), parser=PlainParser)

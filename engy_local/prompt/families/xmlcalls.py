@@ -75,10 +75,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...chat import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
-from ..gbnf import literal, until
-from ..jsonscan import JsonScanner
-from ..schema import value_rules
-from ..toolparse import PlainParser, held
+from ...grammar.gbnf import literal, until
+from ...grammar.schema import value_rules
+from ..parsing.jsonscan import JsonScanner
+from ..parsing.toolparse import PlainParser, held
 
 __all__ = ["XmlCallParser", "XmlFormat", "make_tool_rules", "value_kind"]
 

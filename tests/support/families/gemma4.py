@@ -23,7 +23,7 @@ from engy_local.chat import (
     ToolSpec,
 )
 from engy_local.prompt.families.gemma4 import Gemma4Parser
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.template import ChatTemplate
 from support.families.prompts import prepared, rendered, shown
 from support.families.prompts import template as chat_template
 from support.families.roundtrip import READ

@@ -11,7 +11,7 @@ from typing import Any
 from engy_local.chat import Message, Text, ToolCall, ToolChoice, ToolResult, ToolSpec
 from engy_local.models.catalog import load_catalog
 from engy_local.prompt.families.generic import describe
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.template import ChatTemplate
 from support.families.prompts import prepared, source
 from support.families.spec import Case, Output, Rendered, RoundTrip
 from support.parsing import Result, calls

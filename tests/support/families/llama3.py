@@ -20,7 +20,7 @@ from engy_local.chat import (
     ToolSpec,
 )
 from engy_local.prompt.families.llama3 import Llama3Parser
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.template import ChatTemplate
 from support.families.prompts import rendered
 from support.families.prompts import template as chat_template
 from support.families.roundtrip import READ

@@ -24,8 +24,8 @@ from engy_local.chat import (
     ToolSpec,
 )
 from engy_local.prompt.families.mistral import MistralParser
-from engy_local.prompt.messages import mistral_call_id, to_template_tools
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.messages import mistral_call_id, to_template_tools
+from engy_local.prompt.render.template import ChatTemplate
 from support.families.grammars import sentence_walk
 from support.families.mistral_bad import BAD, NAMES, damaged
 from support.families.prompts import rendered, shown

@@ -14,9 +14,9 @@ import pytest
 
 from engy_local.chat import ChatRequest, Message, ToolSpec
 from engy_local.prompt.families import Family, get
-from engy_local.prompt.messages import to_template_messages, to_template_tools
 from engy_local.prompt.prepare import render
-from engy_local.prompt.template import ChatTemplate
+from engy_local.prompt.render.messages import to_template_messages, to_template_tools
+from engy_local.prompt.render.template import ChatTemplate
 from support.families.spec import Rendered
 from support.paths import FIXTURES
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engy_local.chat import Event, ToolSpec
-from engy_local.prompt.toolparse import ToolParser
+from engy_local.prompt.parsing.toolparse import ToolParser
 from support.parsing import Result
 
 
