@@ -12,34 +12,37 @@ answer cut by the token limit is not checked: it says it is incomplete).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
-
-import jsonschema  # type: ignore[import-untyped]
 
 from ..errors import BrokenAnswer
 from .schema import gaps
 
 log = logging.getLogger("engy.requests")
-_FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 
 
 class AnswerCheck:
+    """Validators are built when a call or the answer ends, not before the
+    first token: building one reads the metaschema (tens of ms, cold)."""
+
     def __init__(self, tools: dict[str, dict[str, Any]], output: dict[str, Any] | None) -> None:
-        self._tools = {name: _validator(schema) for name, schema in tools.items()}
-        self._output = _validator(output) if output is not None else None
+        self._tools = tools
+        self._output = output
 
     def call(self, name: str, arguments: str) -> None:
         """Raises BrokenAnswer where a call's arguments break its tool's schema."""
-        validator = self._tools.get(name)
-        if validator is not None:
-            _validate(validator, arguments, f"the arguments of the call to {name}")
+        schema = self._tools.get(name)
+        if schema is not None:
+            what = f"the arguments of the call to {name}"
+            _validate(_validator(json.dumps(schema, sort_keys=True)), arguments, what)
 
     def answer(self, text: str) -> None:
         """Raises BrokenAnswer where a structured answer breaks its schema."""
         if self._output is not None:
-            _validate(self._output, text, "the answer")
+            validator = _validator(json.dumps(self._output, sort_keys=True))
+            _validate(validator, text, "the answer")
 
 
 def answer_check(
@@ -55,22 +58,31 @@ def answer_check(
     return AnswerCheck(loose, output)
 
 
-def _validator(schema: dict[str, Any]) -> Any:
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json: str) -> Any:
+    """A validator of a schema (by its JSON: the same tools come every turn).
+    jsonschema is imported here, when an answer is first checked: importing
+    it costs every `engy` command most of a second."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError:
         cls = jsonschema.Draft202012Validator  # read as 2020-12 where its draft says no
-    return cls(schema, format_checker=_FORMATS)
+    return cls(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 
 
 def _validate(validator: Any, text: str, what: str) -> None:
+    from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
+
     try:
         value = json.loads(text, strict=False)  # raw newlines in strings: code
     except ValueError as exc:
         raise BrokenAnswer(f"{what} is not JSON: {exc}") from None
     try:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        error = best_match(validator.iter_errors(value))
     except Exception:  # a $ref it cannot follow, a pattern Python cannot read
         log.warning("%s could not be checked against its schema", what, exc_info=True)
         return  # the grammar's reading stands
