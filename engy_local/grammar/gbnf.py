@@ -25,7 +25,8 @@ def literal(text: str) -> str:
 _CLASS_ESCAPES = {"\\": "\\\\", "]": "\\]", "[": "\\[", "-": "\\x2D", "^": "\\x5E"}
 
 
-def _class_char(c: str) -> str:
+def class_char(c: str) -> str:
+    """`c` as it stands inside a GBNF character class."""
     if c in _CLASS_ESCAPES:
         return _CLASS_ESCAPES[c]
     return f"\\x{ord(c):02X}" if c < " " or c == "\x7f" else c
@@ -39,7 +40,7 @@ def until(marker: str, name: str) -> dict[str, str]:
     for k in range(len(marker)):
         moves = {c: _advance(marker, k, c) for c in sorted(set(marker))}
         moves = {c: j for c, j in moves.items() if j}
-        other = "[^" + "".join(_class_char(c) for c in moves) + "]"
+        other = "[^" + "".join(class_char(c) for c in moves) + "]"
         alternatives = [f"{other} {name}-0"]
         for c, j in moves.items():
             alternatives.append(literal(c) if j == len(marker) else f"{literal(c)} {name}-{j}")

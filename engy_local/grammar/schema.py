@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chat import STRING_GRAMMAR
-from .gbnf import literal
+from .gbnf import class_char, literal
 from .lark import string_rules
 from .numbers import integer_range, number_range
 from .reduce import (
@@ -349,7 +349,10 @@ class _Converter:
         first = [pairs[k] for k in props if k in required]
         optional = [pairs[k] for k in props if k not in required]
         if isinstance(extra, dict):
-            key_rule = self._primitive("string")
+            if props and self.notation is JSON:  # no key of its own properties again
+                key_rule = self._other_key(list(props), _child(name, "other-key"))
+            else:
+                key_rule = self._primitive("string")
             value = self.visit(extra, _child(name, "extra"))
             optional.append(self._add(_child(name, "extra-kv"), f'{key_rule} ":" {sp} {value}'))
         body = f'"{{" {sp} ' + f' "," {sp} '.join(first)
@@ -370,6 +373,36 @@ class _Converter:
             choice = " | ".join(starts)
             body += f' ("," {sp} ({choice}))?' if first else f" ({choice})?"
         return self._add(name, body + f' "}}" {sp}')
+
+    def _other_key(self, keys: list[str], name: str) -> str:
+        """A JSON string that is none of `keys`: an additional property's
+        name, which must not be a declared one (its value would answer to
+        that property's schema). The words of a trie of the keys: leave it
+        on a character no key has there, or stop where no key ends. Written
+        without escapes, so that what is written is what is compared."""
+        trie: dict[str, Any] = {}
+        for key in keys:
+            node = trie
+            for c in key:
+                node = node.setdefault(c, {})
+            node[""] = {}  # a key ends here
+        plain = self._add("plain-char", r'[^"\\\x7F\x00-\x1F]')
+        q, sp = literal(self.notation.quote), self._space()
+        counter = [0]
+
+        def rule(node: dict[str, Any]) -> str:
+            # a key's character that cannot stand unescaped is never written
+            chars = sorted(c for c in node if c and c not in '"\\' and " " <= c != "\x7f")
+            parts = [q] if "" not in node else []  # the string may stop here
+            off = "".join(class_char(c) for c in chars)
+            parts.append(f'[^"\\\\\\x7F\\x00-\\x1F{off}] {plain}* {q}' if off else f"{plain}+ {q}")
+            for c in chars:
+                counter[0] += 1
+                parts.append(f"{literal(c)} {rule(node[c])}")
+            counter[0] += 1
+            return self._add(f"{name}{counter[0]}", " | ".join(parts))
+
+        return self._add(name, f"{q} {rule(trie)} {sp}")
 
     def _array(self, schema: dict[str, Any], name: str) -> str:
         sp = self._space()

@@ -288,6 +288,16 @@ HELD: list[tuple[str, dict[str, Any], str, str]] = [
     ("format email", {"type": "string", "format": "email"}, '"no at sign"', '"a.b@example.com"'),
     ("maxLength 100", {"type": "string", "maxLength": 100}, '"' + "x" * 120 + '"', '"xx"'),
     ("format date", {"type": "string", "format": "date"}, '"2023-02-29"', '"2024-02-29"'),
+    (
+        "an additional property is not a declared one",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"}},
+            "additionalProperties": {"type": "boolean"},
+        },
+        '{"ab": true}',
+        '{"a": 1, "abc": true, "b": false, "": true}',
+    ),
 ]
 
 
