@@ -38,15 +38,34 @@ def server() -> Iterator[EngyServer]:
     served = httpx.get(s.url + "/v1/models").json()["data"][0]["id"]
     assert served == MODEL, served
     yield s
+    for client in _clients.values():
+        client.close()
+    _clients.clear()
     s.stop()
 
 
+_clients: dict[str, Any] = {}
+
+
 def claude(server: EngyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=600)
+    """One client a server, closed with it (an unclosed one warns)."""
+    key = "anthropic " + server.url
+    if key not in _clients:
+        _clients[key] = anthropic.Anthropic(
+            base_url=server.url, api_key="x", max_retries=0, timeout=600
+        )
+    client: anthropic.Anthropic = _clients[key]
+    return client
 
 
 def gpt(server: EngyServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=600)
+    key = "openai " + server.url
+    if key not in _clients:
+        _clients[key] = openai.OpenAI(
+            base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=600
+        )
+    client: openai.OpenAI = _clients[key]
+    return client
 
 
 def answers(server: EngyServer, schema: dict[str, Any], tool: dict[str, Any]) -> dict[str, Any]:
