@@ -129,6 +129,21 @@ class Sampling:
     seed: int | None = None  # the sampler's seed (0 .. 2^32-1); None: a random one
 
 
+def with_defaults(sampling: Sampling, defaults: Sampling) -> Sampling:
+    """`sampling` with a model's defaults where it sets nothing; the model's
+    stop words are added to the request's (they end its turns)."""
+    return Sampling(
+        max_tokens=sampling.max_tokens if sampling.max_tokens is not None else defaults.max_tokens,
+        temperature=sampling.temperature
+        if sampling.temperature is not None
+        else defaults.temperature,
+        top_p=sampling.top_p if sampling.top_p is not None else defaults.top_p,
+        top_k=sampling.top_k if sampling.top_k is not None else defaults.top_k,
+        stop=tuple(dict.fromkeys((*sampling.stop, *defaults.stop))),
+        seed=sampling.seed if sampling.seed is not None else defaults.seed,
+    )
+
+
 @dataclass(frozen=True)
 class JsonOutput:
     """The answer's text must be one JSON value following `schema` (a JSON

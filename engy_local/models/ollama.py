@@ -21,9 +21,11 @@ or a list of such manifests, one per runner (`"mediaType":
 "application/vnd.ollama.manifest.list.v2+json", "manifests": [...]`), each
 inline or a `digest` naming a blob that holds it. The model layer is the
 GGUF llama.cpp loads; the projector layer, its vision projector. Template
-and parameter layers are Ollama's own (Go templates): the chat template
-comes from the GGUF. A model whose weights are not one GGUF (safetensors
-tensor layers for MLX) or that adds a LoRA adapter is not listed.
+and parameter layers are Ollama's own (a Go template; JSON): the chat
+template comes from the GGUF, and where it carries none, from the format
+Ollama's template writes (ollamatemplate.py, with `own_layers`). A model
+whose weights are not one GGUF (safetensors tensor layers for MLX) or that
+adds a LoRA adapter is not listed.
 
 engy only reads here: nothing is written, linked, locked or removed.
 """
@@ -41,6 +43,8 @@ from typing import Any
 log = logging.getLogger("engy.ollama")
 
 MODEL = "application/vnd.ollama.image.model"
+TEMPLATE = "application/vnd.ollama.image.template"
+PARAMS = "application/vnd.ollama.image.params"
 PROJECTOR = "application/vnd.ollama.image.projector"
 ADAPTER = "application/vnd.ollama.image.adapter"
 LIST = "application/vnd.ollama.manifest.list.v2+json"
@@ -184,3 +188,40 @@ def scan(root: Path | None = None) -> list[OllamaModel]:
         return []
     models = (read(root, path, parts) for path, parts in _manifest_files(root))
     return sorted((m for m in models if m is not None), key=lambda m: m.name)
+
+
+# A template or params layer is text of a few kB.
+MAX_LAYER = 1 << 20
+
+
+@dataclass(frozen=True)
+class OwnLayers:
+    """A model's Ollama-only layers, as text (None: it has none)."""
+
+    template: str | None = None
+    params: str | None = None
+
+
+def own_layers(manifest: Path) -> OwnLayers:
+    """The template and params layers of the model `manifest` names
+    (`<root>/manifests/<host>/<namespace>/<model>/<tag>`)."""
+    root = manifest.parents[4]
+    try:
+        data = _read_json(manifest)
+        runnable = _runnable(root, data) if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return OwnLayers()
+    if runnable is None:
+        return OwnLayers()
+
+    def text(media_type: str) -> str | None:
+        for layer in _layers(runnable, media_type):
+            path = blob(root, layer.get("digest", ""))
+            try:
+                if path is not None and path.stat().st_size <= MAX_LAYER:
+                    return path.read_text("utf-8", errors="replace")
+            except OSError:
+                continue
+        return None
+
+    return OwnLayers(text(TEMPLATE), text(PARAMS))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..backend import ModelInfo, ModelStatus, SequenceStatus, provider_failure
-from ..chat import Answer, ChatRequest, Event
+from ..chat import Answer, ChatRequest, Event, Sampling, with_defaults
 from ..errors import Busy, EngyError, ModelLoadError, ModelNotFound, NotGGUF, NoWorker
 from ..models.ggufmeta import read_metadata, trained_context
 from ..prompt.nextturn import next_turn
@@ -139,6 +139,8 @@ class ModelPool:
 
     async def submit(self, request: ChatRequest) -> LocalGeneration:
         served = self._find(request.model)
+        if served.defaults != Sampling():
+            request = replace(request, sampling=with_defaults(request.sampling, served.defaults))
         if request.provider is not None:
             failure = provider_failure(request.provider, self._info(served))
             if failure:

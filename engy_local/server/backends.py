@@ -7,12 +7,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from ..chat import Sampling
 from ..errors import CatalogError, EngyError, NotGGUF
 from ..models.catalog import Catalog, Entry, engy_home, load_catalog
 from ..models.elsewhere import OWNERS
 from ..models.embedded import assemble
 from ..models.ggufmeta import read_metadata
+from ..models.ollama import own_layers
+from ..models.ollamatemplate import map_template, read_params, unknown_template
 from ..models.store import Installed, find, installed
 from ..prompt.hfvocab import HFVocabulary, is_hf_tokenizer
 from ..runtime.engine.local import ServedModel
@@ -44,11 +48,17 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         (e for e in catalog.entries.values() if e.file == record.path.name), None
     )
     template = entry.chat_template if entry else None
+    defaults, no_template = Sampling(), None
     if entry is None and record.source == "ollama":
         # gemma3:270m in Ollama is the catalog's gemma3:270m: its template
         # serves a GGUF that carries none (Ollama's own are Go templates).
         entry = catalog.find(record.id.removeprefix("ollama:"))
-        template = entry.chat_template if entry and not _has_template(record.path) else None
+        meta = _metadata(record.path)
+        carried = bool(meta.get("tokenizer.chat_template"))
+        template = entry.chat_template if entry and not carried else None
+        if not carried and template is None:
+            template, defaults = _ollama_template(record, meta.get("general.architecture"))
+            no_template = None if template else unknown_template(record.id)
     tool_format = entry.extra.get("tool_format") if entry else None
     load = LoadOptions(
         record.path,
@@ -70,6 +80,7 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         flash_attn=options.flash_attn,
         cpu_moe=options.cpu_moe,
         ctx_auto=options.ctx_auto,
+        no_template=no_template,
     )
     names = (*record.names(), *((entry.id, *entry.aliases) if entry else ()))
     aliases = tuple(dict.fromkeys(n for n in names if n != record.id))
@@ -79,14 +90,29 @@ def _served(record: Installed, catalog: Catalog, options: ServeOptions) -> Serve
         aliases=aliases,
         quantization=record.quant,
         owner=OWNERS.get(record.source, ""),
+        defaults=defaults,
     )
 
 
-def _has_template(path: Path) -> bool:
+def _metadata(path: Path) -> dict[str, Any]:
     try:
-        return bool(read_metadata(path).get("tokenizer.chat_template"))
+        return read_metadata(path)
     except (OSError, NotGGUF):
-        return False
+        return {}
+
+
+def _ollama_template(record: Installed, architecture: object) -> tuple[str | None, Sampling]:
+    """The chat template (engy's for the format Ollama's Go template writes;
+    None: no known format) and defaults (its params layer) of an Ollama
+    model whose GGUF carries no template."""
+    layers = own_layers(Path(record.origin))
+    params = read_params(layers.params or "")
+    defaults = Sampling(
+        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, stop=params.stop
+    )
+    arch = architecture if isinstance(architecture, str) else None
+    mapped = map_template(layers.template, arch) if layers.template else None
+    return (mapped.source if mapped else None), defaults
 
 
 def _digest(record: Installed) -> str | None:

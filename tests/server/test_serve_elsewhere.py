@@ -150,3 +150,88 @@ def test_an_ollama_gguf_without_a_template_takes_the_catalog_s_of_that_name(
         assert r.stop_reason in ("end_turn", "max_tokens") and r.content
     finally:
         server.stop()
+
+
+# Ollama's Go template for ChatML with Hermes calls, in the shape its
+# library's Qwen2.5 models carry (the lines with the format's markers).
+QWEN_GO_TEMPLATE = (
+    "{{- if or .System .Tools }}<|im_start|>system\n{{ .System }}\n{{- if .Tools }}\n<tools>\n"
+    "{{- range .Tools }}\n{{ .Function }}\n{{- end }}\n</tools>\n<tool_call>\n{{- end }}"
+    "<|im_end|>\n{{ end }}{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}"
+    "<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+)
+# Alpaca's instruction format: one engy has no template for.
+ALPACA_GO_TEMPLATE = "{{ .System }}\n\n### Instruction:\n{{ .Prompt }}\n\n### Response:\n"
+
+
+@pytest.fixture(scope="module")
+def template_less() -> Path:
+    """The tiny answer model with no chat template in its GGUF, as Ollama's
+    own conversions of library models are."""
+    from support.ggufs import tiny_gguf_cached
+    from support.paths import CACHE
+
+    return tiny_gguf_cached(
+        CACHE / "ggufs", vocab="qwen2", template=None, answer=ANSWER, end_token="<|im_end|>"
+    )
+
+
+def test_an_ollama_model_with_only_ollama_s_template_serves_with_its_family_s_and_stop_words(
+    tmp_path: Path, template_less: Path
+) -> None:
+    """Ollama keeps the template of a model it converted only as a Go
+    template layer: engy serves it with the family's chat template (ChatML
+    with Hermes calls, from the template's markers) on every API, with the
+    params layer's stop words ending its answers; a model whose Go template
+    is in no known format is a clear error naming it and the way to give a
+    template. Ollama's store is not touched."""
+    store = tmp_path / "user" / ".ollama" / "models"
+    params = '{"stop": ["<|im_start|>", "<|im_end|>", " engy"], "temperature": 0.6}'
+    manifest = ollama_manifest(store, template_less, template=QWEN_GO_TEMPLATE, params=params)
+    ollama_pull(store, "qwen-only-go", "latest", template_less, manifest=manifest)
+    alpaca = ollama_manifest(store, template_less, template=ALPACA_GO_TEMPLATE)
+    ollama_pull(store, "alpaca-style", "7b", template_less, manifest=alpaca)
+    before = snapshot(store)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(tmp_path / "user"))
+        mp.delenv("OLLAMA_MODELS", raising=False)
+        server = EngyServer(
+            "ollama:qwen-only-go", "--ctx-size", "2048", "--keep-alive", "0", home=tmp_path / "engy"
+        )
+    try:
+        model = "ollama:qwen-only-go"
+        # The stop word " engy" cuts ANSWER ("Hello from engy.") short.
+        cut = ANSWER[: ANSWER.index(" engy")]
+        tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+        with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as client:
+            r = client.messages.create(
+                model=model, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+            )
+            assert "".join(b.text for b in r.content if b.type == "text") == cut
+            assert r.stop_reason == "end_turn"
+            # The family's template renders tools, so it takes them.
+            counted = client.messages.count_tokens(
+                model=model, messages=[{"role": "user", "content": "hi"}], tools=tools
+            ).input_tokens
+            bare = client.messages.count_tokens(
+                model=model, messages=[{"role": "user", "content": "hi"}]
+            ).input_tokens
+            assert counted > bare + 50
+        gpt = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+        response = gpt.responses.create(model=model, input="hi", max_output_tokens=16)
+        assert response.output_text == cut
+        chat = gpt.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=16
+        )
+        assert chat.choices[0].message.content == cut
+        assert chat.choices[0].finish_reason == "stop"
+    finally:
+        server.stop()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(tmp_path / "user"))
+        mp.delenv("OLLAMA_MODELS", raising=False)
+        with pytest.raises(RuntimeError) as refused:
+            EngyServer("ollama:alpaca-style:7b", "--ctx-size", "2048", home=tmp_path / "engy")
+    said = str(refused.value)
+    assert "ollama:alpaca-style:7b has no chat template" in said and "chat_template" in said
+    assert snapshot(store) == before

@@ -22,7 +22,7 @@ CONFIG = "application/vnd.docker.container.image.v1+json"
 MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 LIST = "application/vnd.ollama.manifest.list.v2+json"
 # Ollama's own chat template for a Qwen-style model: a Go template, which
-# engy never reads (the GGUF's Jinja template serves).
+# engy reads only where the GGUF carries no Jinja template.
 GO_TEMPLATE = (
     "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
     "<|im_start|>assistant\n"
@@ -60,10 +60,12 @@ def ollama_manifest(
     *,
     adapter: Path | None = None,
     link: bool = False,
+    template: str = GO_TEMPLATE,
+    params: str = '{"stop":["<|im_end|>"],"temperature":0.7}',
 ) -> dict[str, Any]:
     """A manifest as `ollama pull` writes it: config, model, (projector),
     template, params and licence layers, each a blob (with `link`, the
-    model's a link to `model`)."""
+    model's a link to `model`; `template` and `params`, Ollama's own)."""
     config = blob(root, json.dumps({"model_format": "gguf", "model_family": "qwen3"}).encode())
     weights = linked_blob(root, model) if link else blob(root, model.read_bytes())
     layers = [{"mediaType": MODEL, **weights}]
@@ -72,8 +74,8 @@ def ollama_manifest(
     if adapter is not None:
         layers.append({"mediaType": ADAPTER, **blob(root, adapter.read_bytes())})
     layers += [
-        {"mediaType": TEMPLATE, **blob(root, GO_TEMPLATE.encode())},
-        {"mediaType": PARAMS, **blob(root, b'{"stop":["<|im_end|>"],"temperature":0.7}')},
+        {"mediaType": TEMPLATE, **blob(root, template.encode())},
+        {"mediaType": PARAMS, **blob(root, params.encode())},
         {"mediaType": LICENSE, **blob(root, b"Apache License 2.0")},
     ]
     return {

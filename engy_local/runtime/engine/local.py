@@ -7,9 +7,9 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ...chat import Event, TextDelta, ThinkingDelta, ToolCallDelta
+from ...chat import Event, Sampling, TextDelta, ThinkingDelta, ToolCallDelta
 from ...errors import EngyError, GenerationTimeout
 from ...events import Queue, drain
 from ...prompt.parsing.toolparse import merged
@@ -26,6 +26,9 @@ class ServedModel:
     aliases: tuple[str, ...] = ()
     quantization: str = ""
     owner: str = ""  # the tool whose files these are (Ollama, LM Studio ...); "": engy's or given
+    # The model's own sampling defaults (Ollama's params layer): its stop
+    # words end every answer; the rest stand where a request sets none.
+    defaults: Sampling = field(default_factory=Sampling)
 
 
 # Text reaches the event loop at most this often while tokens come faster;

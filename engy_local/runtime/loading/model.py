@@ -52,6 +52,8 @@ class LoadOptions:
     cache_type_v: str = "f16"
     cpu_moe: int = 0  # MoE layers whose experts stay in CPU memory: the first N; -1: all
     ctx_auto: bool = False  # the window that fits the memory budget (the pool sets ctx_size)
+    # What to say when there is no chat template (None: name the file)
+    no_template: str | None = None
 
 
 def backend_label(gpu_layers: int | None) -> str:
@@ -202,7 +204,8 @@ class Model(Tokens):
         if not source:
             self.close()
             raise ModelLoadError(
-                f"{path.name} has no chat template; give one in models.toml (chat_template)"
+                options.no_template
+                or f"{path.name} has no chat template; give one in models.toml (chat_template)"
             )
         self.template = ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
         self.family = get(options.family) if options.family else detect(source)
