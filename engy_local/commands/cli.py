@@ -242,7 +242,13 @@ class _ClientArgsCommand(typer.core.TyperCommand):
 @app.command(cls=_ClientArgsCommand)
 def launch(
     ctx: typer.Context,
-    client: Annotated[str, typer.Argument(help="claude (Claude Code) or codex (Codex)")],
+    client: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="claude, codex, opencode, kilo, qwen, cline, continue, aider or "
+            "mini-swe-agent (none: list them and which are installed)"
+        ),
+    ] = None,
     model: Annotated[
         Optional[str],
         typer.Argument(help="A model the server serves, a GGUF path or a catalog id"),
@@ -269,18 +275,29 @@ def launch(
         ),
     ] = "auto",
 ) -> None:
-    """Run Claude Code or Codex on a local model: `engy launch claude [MODEL] [-- ARGS]`."""
+    """Run a coding agent on a local model: `engy launch CLIENT [MODEL] [-- ARGS]`."""
     from .launch import LaunchOptions
     from .launch import launch as run_launch
+    from .launch.clients import CLIENTS, known
     from .launch.profile import TOOLS_CHOICES
 
-    if client not in ("claude", "codex"):
-        raise typer.BadParameter("expected 'claude' or 'codex'", param_hint="CLIENT")
+    if client is None:
+        for spec, where in known():
+            state = f"[green]{where}[/green]" if where else f"not installed: {spec.install}"
+            console.print(
+                f"  [bold]{spec.name:<15}[/bold] {spec.title:<15} {state}",
+                soft_wrap=True,
+                highlight=False,
+            )
+        return
+    names = [name for name in CLIENTS if name == client]
+    if not names:
+        raise typer.BadParameter("expected one of " + ", ".join(CLIENTS), param_hint="CLIENT")
     if tools not in TOOLS_CHOICES:
         raise typer.BadParameter("expected auto, lean or full", param_hint="--tools")
     ctx_window(ctx_size)  # checked here; the server it starts reads it again
     options = LaunchOptions(
-        client="claude" if client == "claude" else "codex",
+        client=names[0],
         model=model,
         client_args=tuple(ctx.meta.get("client_args", ())),
         host=host,

@@ -4,9 +4,11 @@ client for the model as loaded, run it, and stop what was started."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,11 +16,28 @@ from rich.console import Console
 
 from ...errors import LaunchError
 from ...models.catalog import engy_home
+from . import aider, cline, continuecli, miniswe, opencode, qwen
 from .claude import LEAN_TOOLS, claude_args, claude_env, compaction_warning, output_cap
 from .clients import Client, ClientName, find_client
 from .codex import bundled_catalog, catalog_entry, codex_env, codex_overrides, write_catalog
 from .profile import Profile, ToolsChoice, choose
 from .server import Server, connect, model_size
+from .setup import Context, Setup
+
+# The clients configured through a temporary directory of their own (the
+# rest: Claude Code and Codex, below).
+CONFIGURE: dict[str, Callable[[Context], Setup]] = {
+    "opencode": opencode.configure,
+    "kilo": lambda ctx: opencode.configure(ctx, "KILO"),
+    "qwen": qwen.configure,
+    "cline": cline.configure,
+    "continue": continuecli.configure,
+    "aider": aider.configure,
+    "mini-swe-agent": miniswe.configure,
+}
+# How long a client has to exit after SIGTERM before it is killed (Cline
+# ignores SIGTERM).
+STOP_GRACE = 5.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,8 @@ def launch(options: LaunchOptions, console: Console) -> int:
             soft_wrap=True,
             highlight=False,
         )
+        if client.spec.name in CONFIGURE:
+            return _run_configured(client, server, options, console, profile)
         argv, env = _configure(client, server, options, home, console, profile)
         return run_client(argv, env)
     finally:
@@ -103,6 +124,31 @@ def _profile(server: Server, options: LaunchOptions, client: str) -> Profile:
         return choose(options.tools, m.context_length)
     parameters, size = model_size(server.url, options.api_key, m.id)
     return choose("auto", m.context_length, parameters, size, client)
+
+
+def _run_configured(
+    client: Client, server: Server, options: LaunchOptions, console: Console, profile: Profile
+) -> int:
+    """A client whose config engy writes into a temporary directory,
+    removed when the client exits."""
+    workdir = Path(tempfile.mkdtemp(prefix="engy-launch-"))
+    try:
+        ctx = Context(
+            url=server.url,
+            api_key=options.api_key,
+            model=server.model,
+            lean=profile.lean,
+            workdir=workdir,
+            user_args=options.client_args,
+            base_env=os.environ,
+            binary=client.path,
+        )
+        setup = CONFIGURE[client.spec.name](ctx)
+        for line in setup.said:
+            console.print(f"  {line}", soft_wrap=True, highlight=False)
+        return run_client([str(client.path), *setup.args], setup.env)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _configure(
@@ -186,7 +232,11 @@ def run_client(argv: Sequence[str], env: dict[str, str]) -> int:
     finally:
         if proc.poll() is None:
             proc.terminate()
-            proc.wait()
+            try:
+                proc.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         signal.signal(signal.SIGINT, previous)
 
 

@@ -1,0 +1,36 @@
+"""mini-swe-agent on an engy model: one bash tool, each step one request
+(not streamed), no context management of its own. Its model goes through
+litellm as `openai/MODEL` with the server in model_kwargs; its global
+config and last trajectory go to the launch's temporary directory."""
+
+from __future__ import annotations
+
+from .setup import Context, Setup, given
+
+
+def configure(ctx: Context) -> Setup:
+    env = dict(ctx.base_env)
+    env.update(
+        MSWEA_GLOBAL_CONFIG_DIR=str(ctx.workdir / "mini-swe-agent"),
+        MSWEA_CONFIGURED="true",  # no first-run setup questions
+        MSWEA_SILENT_STARTUP="1",
+        MSWEA_COST_TRACKING="ignore_errors",  # a local model has no price
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    args = [f"--model=openai/{ctx.model.id}"]
+    if not given(ctx.user_args, "--output", "-o"):
+        args.append(f"--output={ctx.workdir / 'last_mini_run.traj.json'}")
+    configs = [] if given(ctx.user_args, "--config", "-c") else ["mini.yaml"]
+    configs += [
+        f"model.model_kwargs.api_base={ctx.v1}",
+        f"model.model_kwargs.api_key={ctx.key}",
+        f"model.model_kwargs.max_tokens={ctx.cap}",
+    ]
+    for c in configs:
+        args += ["--config", c]
+    said = [
+        f"mini-swe-agent: openai/{ctx.model.id} at {ctx.v1} through litellm, "
+        f"{ctx.cap} output tokens a step, its bash tool; trajectory and config in a "
+        "temporary directory",
+    ]
+    return Setup([*args, *ctx.user_args], env, said)

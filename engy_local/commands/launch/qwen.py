@@ -1,0 +1,94 @@
+"""Qwen Code on an engy model. Its home (`QWEN_HOME`: settings, chats,
+usage records) is the launch's temporary directory: the settings there are
+the user's ~/.qwen/settings.json (read, never written) with engy's model,
+window, output cap and auth over it, and telemetry, usage statistics,
+auto-memory and update checks off where the user set nothing.
+
+Its tool flags take lists, which would swallow a prompt after them: they
+go after the user's arguments (`engy launch qwen -- "task"`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .setup import CACHE_HEADERS, Context, Setup, given
+
+# What lean keeps: its shell, reading and writing files.
+LEAN_CORE = ("run_shell_command", "write_file", "read_file", "edit")
+# Excluding its tool search would show its deferred tools instead: these go too.
+LEAN_EXCLUDE = ("agent", "skill", "tool_search", "tool_call", "get_goal", "update_goal",
+                "list_agents")  # fmt: skip
+QUIET: dict[str, dict[str, Any]] = {
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"enableAutoUpdate": False},
+    "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False},
+}
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def user_settings(home: Path) -> dict[str, Any]:
+    path = home / ".qwen" / "settings.json"
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def settings(ctx: Context, theirs: dict[str, Any]) -> dict[str, Any]:
+    """engy's model and auth over the user's settings, which win over
+    engy's quiet defaults."""
+    ours = {
+        "model": {
+            "name": ctx.model.id,
+            "generationConfig": {
+                "contextWindowSize": ctx.model.context_length,
+                "samplingParams": {"max_tokens": ctx.cap},
+                "customHeaders": CACHE_HEADERS,
+            },
+        },
+        "security": {"auth": {"selectedType": "openai"}},
+    }
+    return _merge(_merge(QUIET, theirs), ours)
+
+
+def configure(ctx: Context) -> Setup:
+    home = ctx.workdir / "qwen"
+    home.mkdir(parents=True, exist_ok=True)
+    user_home = Path(ctx.base_env.get("HOME", str(Path.home())))
+    (home / "settings.json").write_text(
+        json.dumps(settings(ctx, user_settings(user_home)), indent=1), "utf-8"
+    )
+    env = dict(ctx.base_env)
+    env.update(
+        QWEN_HOME=str(home),
+        OPENAI_BASE_URL=ctx.v1,
+        OPENAI_API_KEY=ctx.key,
+        OPENAI_MODEL=ctx.model.id,
+        QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
+    )
+    args = list(ctx.user_args)
+    if not given(args, "--approval-mode", "--yolo", "-y"):
+        args += ["--approval-mode", "yolo"]
+    if ctx.lean and not given(args, "--core-tools", "--exclude-tools"):
+        args += ["--core-tools", *LEAN_CORE, "--exclude-tools", *LEAN_EXCLUDE]
+    tools = ", ".join(LEAN_CORE) if ctx.lean else "its default tools"
+    said = [
+        f"Qwen Code: {ctx.model.id} at {ctx.v1}, its {ctx.model.context_length}-token window "
+        f"and {ctx.cap} output tokens; settings in a temporary QWEN_HOME (yours read, not "
+        "changed)",
+        f"Qwen Code: {tools}; approval mode yolo; no telemetry, usage statistics or auto-memory",
+    ]
+    return Setup(args, env, said)
