@@ -6,20 +6,13 @@ temporary directory run.py removes when the client exits."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...backend import ModelStatus
 from ...server.cachereuse import HEADER as REUSE_HEADER
-from .claude import REUSE_RUN
-
-# Sent when the server has no --api-key: the clients all want some key.
-PLACEHOLDER_KEY = "engy-local"
-# Clients ask for far more output than a local window holds beside its
-# prompt: the cap is a quarter of the window, at most this.
-MAX_OUTPUT_CAP = 8192
-
+from .claude import PLACEHOLDER_KEY, REUSE_RUN, given, output_cap
 
 # Every client here puts the folder it runs in early in its prompt (the
 # system prompt's environment part, before the tools): a session in another
@@ -27,10 +20,6 @@ MAX_OUTPUT_CAP = 8192
 # (server/cachereuse.py). Measured on the tiny model: Cline read 260 of 2933
 # tokens of its second session's first prompt without it.
 CACHE_HEADERS = {REUSE_HEADER: str(REUSE_RUN)}
-
-
-def output_cap(context_length: int) -> int:
-    return max(256, min(MAX_OUTPUT_CAP, context_length // 4))
 
 
 @dataclass(frozen=True)
@@ -64,12 +53,4 @@ class Setup:
     said: list[str] = field(default_factory=list)  # banner lines
 
 
-def given(args: Sequence[str], *flags: str) -> bool:
-    """Whether the user's arguments (before a bare `--`) set any of `flags`,
-    as `--flag`, `--flag value` or `--flag=value`."""
-    for arg in args:
-        if arg == "--":
-            return False
-        if any(arg == f or arg.startswith(f + "=") for f in flags):
-            return True
-    return False
+__all__ = ["CACHE_HEADERS", "Context", "Setup", "given", "output_cap"]
