@@ -1,12 +1,15 @@
-"""Claude Code and Codex finishing small coding tasks on a real model,
-through `engy launch` and through the same clients pointed at llama-server
-(which serves /v1/messages and /v1/responses itself) on the same GGUF.
+"""Coding agents finishing small coding tasks on a real model, through
+`engy launch` and through the same clients pointed at llama-server (which
+serves /v1/messages, /v1/responses and /v1/chat/completions itself) on the
+same GGUF: Claude Code and Codex, and every client `engy launch` configures
+(opencode, kilo, qwen, cline, continue, aider, mini-swe-agent).
 
     LLAMA_SERVER=$(bench/build_llama_server.sh) .venv/bin/python bench/agent.py \\
         --model ~/.cache/engy/real-models/qwen2.5-coder-1.5b-instruct.gguf
 
 Each task is judged by the files it leaves, never by the model's words:
 
+    command  run a given shell command that writes a file (one tool round trip)
     create   write a file with given content
     copy     read a value from one file into another
     fix      fix a one-line bug so that a script prints what it should
@@ -25,12 +28,18 @@ the same way.
 
 Through engy each client runs under `engy launch --tools PROFILE` for each
 of --profiles (auto, lean, full: what launch gives the client, see
-engy_local/commands/launch/profile.py); no client flags of the bench's own
-choose tools. For llama-server the clients get their defaults: the
-server, model and window settings `engy launch` gives them (the same
-environment for Claude Code, the same `-c` settings for Codex) and nothing
-of a profile, no model catalog (a llama-server user's config has none, so
-Codex edits files through its shell there).
+engy_local/commands/launch/profile.py; for Aider lean is its `whole` edit
+format and full `diff`); no client flags of the bench's own choose tools.
+For llama-server the clients get their defaults: the server, model and
+window settings `engy launch` gives them (the same environment for Claude
+Code, the same `-c` settings for Codex, the config launch writes for the
+others, as its full profile writes it, Aider left to pick its own edit
+format) and nothing of a profile, no model catalog (a llama-server user's
+config has none, so Codex edits files through its shell there).
+
+The clients come from where the tests install them (tests/support/clients.py
+for Claude Code and Codex, tests/commands/test_launch_agents.py for the
+others): run those tests once first.
 
 Prints per client and server: tasks done, requests and turns, wall time,
 first-turn and later-turn time to first token, the share of later turns'
@@ -62,7 +71,13 @@ from bench import Server, engy, free_port, start_engy, start_llama
 
 REPO = Path(__file__).resolve().parents[1]
 NPM_BIN = REPO / ".engy-test" / "npm" / "node_modules" / ".bin"  # tests/support/clients.py
+# tests/commands/test_launch_agents.py
+AGENTS_BIN = REPO / ".engy-test" / "npm-agents" / "node_modules" / ".bin"
+AGENTS_PY_BIN = REPO / ".engy-test" / "agents-venv" / "bin"
+BINS = (NPM_BIN, AGENTS_BIN, AGENTS_PY_BIN)
 PROFILES = ("auto", "lean", "full")
+CLIENTS = ("claude", "codex", "opencode", "kilo", "qwen", "cline", "continue", "aider",
+           "mini-swe-agent")  # fmt: skip
 
 
 # ---- tasks ---------------------------------------------------------------------------
@@ -74,7 +89,7 @@ class Task:
     ask: str
     files: dict[str, str]
     done: Callable[[Path], bool]
-    clients: tuple[str, ...] = ("claude", "codex")
+    clients: tuple[str, ...] = CLIENTS
 
 
 def _reads(path: Path, want: str) -> bool:
@@ -119,6 +134,12 @@ def _passes(work: Path, test: str, want: str) -> bool:
 
 
 TASKS = (
+    Task(
+        "command",
+        "Run this shell command: echo Hello from engy > greeting.txt",
+        {},
+        lambda d: _reads(d / "greeting.txt", "Hello from engy"),
+    ),
     Task(
         "create",
         "Create a file named greeting.txt containing exactly this line: Hello from engy",
@@ -175,7 +196,7 @@ class Target:
 def base_env(home: Path, engy_home: Path) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH")  # this tree's engy_local
     env = {k: v for k, v in os.environ.items() if k in keep}
-    env["PATH"] = f"{NPM_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = os.pathsep.join([*map(str, BINS), env.get("PATH", "")])
     env.update(HOME=str(home), ENGY_HOME=str(engy_home), NO_PROXY="127.0.0.1,localhost")
     python3 = shutil.which("python3")
     has_python = shutil.which("python", path=env["PATH"]) and _login_shell_has_python(env)
@@ -203,34 +224,71 @@ def _login_shell_has_python(env: dict[str, str]) -> bool:
     return r.returncode == 0
 
 
-def client_args(client: str, ask: str, max_turns: str) -> list[str]:
+def client_args(client: str, ask: str, max_turns: str, files: tuple[str, ...] = ()) -> list[str]:
+    """Each client's one-shot form, running what the model asks unasked
+    (there is no one to ask); it does not change which tools are offered,
+    the profile does."""
     if client == "claude":
-        # These may run without asking (there is no one to ask); it does not
-        # change which tools are offered, the profile does.
         allowed = ["--allowedTools", "Bash,Read,Edit,Write"]
         return ["-p", ask, *allowed, "--max-turns", max_turns]
-    bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
-    return ["exec", "--skip-git-repo-check", bypass, ask]
+    if client == "codex":
+        bypass = "--dangerously-bypass-approvals-and-sandbox"  # no sandbox to build here
+        return ["exec", "--skip-git-repo-check", bypass, ask]
+    if client in ("opencode", "kilo"):  # permissions: launch allows edits and bash
+        return ["run", *(["--auto"] if client == "kilo" else []), ask]
+    if client == "continue":
+        return ["-p", ask]
+    if client == "aider":  # it sees the files it is given (as a user names them)
+        return [*files, "--message", ask, "--yes-always"]
+    if client == "mini-swe-agent":
+        steps = f"agent.step_limit={max_turns}"
+        return ["--task", ask, "--yolo", "--exit-immediately", "--config", "mini.yaml",
+                "--config", steps]  # fmt: skip
+    return [ask]  # qwen, cline: launch gives their run-everything flags
 
 
-def command(client: str, target: Target, ask: str, env: dict[str, str], profile: str) -> list[str]:
+def command(
+    client: str, target: Target, task: Task, env: dict[str, str], profile: str, scratch: Path
+) -> list[str]:
     """`engy launch --tools PROFILE` for engy; for llama-server, the client
-    with launch's server settings and its own defaults."""
+    with launch's server settings and its own defaults (config files in
+    `scratch`)."""
     port = target.proxy.url.rsplit(":", 1)[1]
-    args = client_args(client, ask, target.max_turns)
+    args = client_args(client, task.ask, target.max_turns, tuple(task.files))
     if target.name == "engy":
         return [*engy(), "launch", client, "--port", port, "--tools", profile, "--", *args]
     from engy_local.backend import ModelStatus
     from engy_local.commands.launch.claude import claude_env
     from engy_local.commands.launch.codex import codex_env, codex_overrides
+    from engy_local.commands.launch.run import CONFIGURE
+    from engy_local.commands.launch.setup import Context
 
     status = ModelStatus(target.model, target.window, "CPU", 0, None, family="hermes")
     if client == "claude":
         env.update(claude_env(env, target.proxy.url, None, status))
         return [str(NPM_BIN / "claude"), *args]
-    env.update(codex_env(env, None))
-    overrides = codex_overrides(target.proxy.url, status, None)
-    return [str(NPM_BIN / "codex"), *overrides, *args]
+    if client == "codex":
+        env.update(codex_env(env, None))
+        overrides = codex_overrides(target.proxy.url, status, None)
+        return [str(NPM_BIN / "codex"), *overrides, *args]
+    binary = _binary(client)
+    ctx = Context(target.proxy.url, None, status, False, scratch, tuple(args), env, binary)
+    setup = CONFIGURE[client](ctx)
+    env.clear()
+    env.update(setup.env)
+    # Aider picks its own edit format for a model it does not know.
+    argv = [a for a in setup.args if not a.startswith("--edit-format=")]
+    return [str(binary), *argv]
+
+
+def _binary(client: str) -> Path:
+    from engy_local.commands.launch.clients import CLIENTS as SPECS
+
+    name = next(spec.command for key, spec in SPECS.items() if key == client)
+    for folder in BINS:
+        if (folder / name).exists():
+            return folder / name
+    sys.exit(f"{name} is not in {', '.join(map(str, BINS))}: run the launch tests once")
 
 
 @dataclass
@@ -260,7 +318,8 @@ def run_task(
     if client == "codex":
         env["CODEX_HOME"] = str(home / ".codex")
         (home / ".codex").mkdir(exist_ok=True)
-    argv = command(client, target, task.ask, env, profile)
+    scratch = Path(tempfile.mkdtemp(prefix="engy-bench-config-"))  # llama-server's configs
+    argv = command(client, target, task, env, profile, scratch)
     seen = len(target.proxy.exchanges)
     started = time.monotonic()
     try:
@@ -276,6 +335,8 @@ def run_task(
         code, out = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired:
         code, out = -1, "timed out"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     wall = time.monotonic() - started
     done = task.done(work)
     (root / "logs").mkdir(exist_ok=True)
@@ -330,8 +391,16 @@ def _share(pairs: list[tuple[int | None, int | None]]) -> str:
     return f"{100 * sum(c for _, c in known) / sum(p for p, _ in known):.0f}%"
 
 
+def _turns(result: Result) -> list[Exchange]:
+    """The session's own turns: requests that offer tools (a title or
+    summary on the side offers none); for Aider, which offers none, all."""
+    if result.client == "aider":
+        return list(result.exchanges)
+    return [e for e in result.exchanges if e.tools]
+
+
 def _first_turn(result: Result) -> Exchange | None:
-    turns = [e for e in result.exchanges if e.tools]
+    turns = _turns(result)
     return turns[0] if turns else None
 
 
@@ -341,9 +410,9 @@ def report(results: list[Result]) -> None:
     for client, server, profile in keys:
         mine = [r for r in results if (r.client, r.server, r.profile) == (client, server, profile)]
         timed = [r for r in mine if r.session != "restarted"]
-        turns = [e for r in timed for e in r.exchanges if e.tools]
+        turns = [e for r in timed for e in _turns(r)]
         firsts = [_first_turn(r) for r in timed]
-        later = [e for r in timed for e in [e for e in r.exchanges if e.tools][1:]]
+        later = [e for r in timed for e in _turns(r)[1:]]
         second = [_first_turn(r) for r in timed[1:]]
         restarted = [_first_turn(r) for r in mine if r.session == "restarted"]
         errors = [e.error for r in mine for e in r.exchanges if e.error]
@@ -438,9 +507,7 @@ def run_server(name: str, args: argparse.Namespace, root: Path, results: list[Re
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=False)
-    parser.add_argument(
-        "--clients", nargs="+", default=["claude", "codex"], choices=["claude", "codex"]
-    )
+    parser.add_argument("--clients", nargs="+", default=["claude", "codex"], choices=CLIENTS)
     parser.add_argument(
         "--servers", nargs="+", default=["engy", "llama-server"], choices=["engy", "llama-server"]
     )
@@ -472,7 +539,9 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=int, default=1800, help="seconds a client run may take")
     parser.add_argument("--save", action="store_true", help="save each request and answer")
-    parser.add_argument("--max-turns", default="8", help="Claude Code's --max-turns")
+    parser.add_argument(
+        "--max-turns", default="8", help="Claude Code's --max-turns, mini-swe-agent's step limit"
+    )
     parser.add_argument("--report", type=Path, help="print the table of a run's results.json")
     args = parser.parse_args()
     if args.report:
@@ -480,8 +549,8 @@ def main() -> None:
         return
     if "llama-server" in args.servers and not os.environ.get("LLAMA_SERVER"):
         sys.exit("LLAMA_SERVER is not set: LLAMA_SERVER=$(bench/build_llama_server.sh)")
-    if not (NPM_BIN / "claude").exists() or not (NPM_BIN / "codex").exists():
-        sys.exit(f"Claude Code and Codex are not in {NPM_BIN}: run the launch tests once")
+    for client in args.clients:
+        _binary(client)  # exits saying where it was looked for
     if args.model is None:
         sys.exit("--model is required")
     root = args.keep or Path(tempfile.mkdtemp(prefix="engy-agent-"))

@@ -3,7 +3,12 @@ it forwards every request as it came and every answer as it streams, and
 notes per POST what the client saw: status, time to the first generated
 token, prompt and cached tokens as the server reported them, the calls
 answered, API errors, and what the client sent back about earlier calls
-(a tool result saying the call was malformed)."""
+(a tool result saying the call was malformed).
+
+Messages, Responses and Chat Completions alike. A streamed Chat Completions
+request that does not ask for usage is sent on asking for it (both servers
+report prompt and cached tokens only then), and the usage chunk it did not
+ask for is kept from the client."""
 
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ class Exchange:
     tools: int  # tools offered: 0 is a side request (title, compaction)
     status: int = 0
     started: float = 0.0
-    first: float | None = None  # seconds to the first generated token
+    first: float | None = None  # seconds to the first generated token (unstreamed: the answer)
     took: float = 0.0
     prompt: int | None = None  # prompt tokens, cached ones included
     cached: int | None = None
@@ -61,6 +66,10 @@ def _results(body: dict[str, Any]) -> list[str]:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 inner = block.get("content")
                 out.append(inner if isinstance(inner, str) else json.dumps(inner))
+    for message in body.get("messages") or []:  # Chat Completions
+        if isinstance(message, dict) and message.get("role") == "tool":
+            inner = message.get("content")
+            out.append(inner if isinstance(inner, str) else json.dumps(inner))
     for item in body.get("input") or []:
         if isinstance(item, dict) and item.get("type", "").endswith("_call_output"):
             inner = item.get("output")
@@ -94,7 +103,36 @@ class Usage:
         except ValueError:
             return
         if isinstance(data, dict):
-            self.data(self.event or str(data.get("type", "")), data)
+            if "choices" in data:
+                self.chat(data)
+            else:
+                self.data(self.event or str(data.get("type", "")), data)
+
+    def chat(self, data: dict[str, Any]) -> None:
+        """A Chat Completions chunk."""
+        ex = self.ex
+        for choice in data.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if ex.first is None and (delta.get("content") or delta.get("tool_calls")):
+                ex.first = time.monotonic() - ex.started
+            self.text.append(str(delta.get("content") or ""))
+            for call in delta.get("tool_calls") or []:
+                name = (call.get("function") or {}).get("name")
+                if name:
+                    ex.calls.append(str(name))
+        if data.get("usage"):
+            self.chat_usage(data["usage"])
+        if "error" in data:
+            ex.error = ex.error or f"error: {json.dumps(data['error'])[:300]}"
+        ex.text = "".join(self.text)
+
+    def chat_usage(self, usage: dict[str, Any]) -> None:
+        if "prompt_tokens" not in usage:
+            return
+        self.ex.prompt = int(usage["prompt_tokens"])
+        details = usage.get("prompt_tokens_details") or {}
+        if "cached_tokens" in details:
+            self.ex.cached = int(details["cached_tokens"])
 
     def data(self, event: str, data: dict[str, Any]) -> None:
         ex = self.ex
@@ -149,7 +187,14 @@ class Usage:
         if not isinstance(data, dict):
             return
         usage = data.get("usage") or {}
-        if "output" in data:
+        if "choices" in data:
+            self.chat_usage(usage)
+            for choice in data["choices"]:
+                message = choice.get("message") or {}
+                self.ex.text += str(message.get("content") or "")
+                for call in message.get("tool_calls") or []:
+                    self.ex.calls.append(str((call.get("function") or {}).get("name")))
+        elif "output" in data:
             self.responses_usage(usage)
             for item in data["output"]:
                 if item.get("type") in ("function_call", "custom_tool_call"):
@@ -191,10 +236,12 @@ class Proxy:
         url = self.upstream + request.url.path
         if request.url.query:
             url += "?" + request.url.query
-        sent = self.client.build_request(request.method, url, headers=headers, content=raw)
+        body = _json(raw) if request.method == "POST" else {}
+        hidden = _ask_usage(body)  # a usage chunk to keep from the client
+        content = json.dumps(body).encode() if hidden else raw
+        sent = self.client.build_request(request.method, url, headers=headers, content=content)
         ex: Exchange | None = None
-        if request.method == "POST":
-            body = _json(raw)
+        if request.method == "POST" and not request.url.path.endswith("count_tokens"):
             ex = Exchange(request.url.path, len(body.get("tools") or []), started=time.monotonic())
             ex.malformed = sum(bool(MALFORMED.search(r)) for r in _results(body))
             self.exchanges.append(ex)
@@ -210,12 +257,22 @@ class Proxy:
 
         async def relay() -> AsyncIterator[bytes]:
             whole = b""
+            held = b""
             try:
                 async for chunk in answer.aiter_raw():
                     if streaming:
                         reader.feed(chunk)
                     whole += chunk
-                    yield chunk
+                    if not hidden:
+                        yield chunk
+                        continue
+                    held += chunk
+                    *events, held = held.split(b"\n\n")
+                    kept = [e for e in events if not _usage_only(e)]
+                    if kept:
+                        yield b"".join(e + b"\n\n" for e in kept)
+                if held:
+                    yield held
             finally:
                 if self.save is not None:
                     self.save.mkdir(parents=True, exist_ok=True)
@@ -225,6 +282,7 @@ class Proxy:
                 await answer.aclose()
                 if not streaming:
                     reader.body(whole)
+                    ex.first = time.monotonic() - ex.started  # the answer, all at once
                 if answer.status_code >= 400:
                     ex.error = ex.error or f"HTTP {answer.status_code}: {whole[:300]!r}"
                 ex.took = time.monotonic() - ex.started
@@ -233,6 +291,27 @@ class Proxy:
 
 
 _METHODS = ["GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS"]
+
+
+def _ask_usage(body: dict[str, Any]) -> bool:
+    """Ask a streamed Chat Completions request for usage where it does not;
+    True when it did not (the answer's usage chunk is then kept back)."""
+    if not body.get("stream") or "messages" not in body:
+        return False
+    options = body.get("stream_options") or {}
+    if options.get("include_usage"):
+        return False
+    body["stream_options"] = {**options, "include_usage": True}
+    return True
+
+
+def _usage_only(event: bytes) -> bool:
+    """The usage chunk of a Chat Completions stream: no choices."""
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            data = _json(line[5:])
+            return bool(data) and data.get("choices") == [] and "usage" in data
+    return False
 
 
 def _json(raw: bytes) -> dict[str, Any]:
