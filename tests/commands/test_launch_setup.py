@@ -51,6 +51,9 @@ def test_opencode_and_kilo_get_the_window_the_header_and_a_title(
         prefix == "KILO"
     )
     assert setup.args == ["run", "--title", "engy launch", "Make it"]
+    # Outside the project it asks, its own temporary folder too (which it
+    # allows by default).
+    assert config["permission"]["external_directory"] == {"*": "ask"}
     assert all(setup.env[f"XDG_{d}_HOME"].startswith(str(tmp_path / "launch"))
                for d in ("DATA", "STATE", "CACHE", "CONFIG"))  # fmt: skip
     # The user's own title stands; full keeps the client's tools.
@@ -125,6 +128,12 @@ def test_mini_swe_agent_gets_the_server_and_a_cap_through_litellm(tmp_path: Path
     assert configs[0] == "mini.yaml"
     assert "model.model_kwargs.api_base=http://127.0.0.1:8642/v1" in configs
     assert "model.model_kwargs.max_tokens=8192" in configs
+    # Each of its steps must be a bash call: the server is asked to hold it to one.
+    assert "model.model_kwargs.tool_choice=required" in configs
+    # The user's own config comes after launch's, so it wins.
+    mine = miniswe.configure(context(tmp_path, "--config", "my.yaml"))
+    assert mine.args[-2:] == ["--config", "my.yaml"]
+    assert "mini.yaml" not in mine.args
     assert setup.env["MSWEA_GLOBAL_CONFIG_DIR"].startswith(str(tmp_path / "launch"))
 
 

@@ -24,6 +24,7 @@ LEAN_OFF = (
     "team_cancel_run", "team_list_runs", "team_status", "team_task", "team_cleanup",
     "team_shutdown_teammate", "team_create_outcome", "team_attach_outcome_fragment",
     "team_review_outcome_fragment", "team_finalize_outcome", "team_list_outcomes",
+    "team_mission_log",
 )  # fmt: skip
 PROVIDER = "openai-compatible"
 

@@ -25,12 +25,17 @@ def configure(ctx: Context) -> Setup:
         f"model.model_kwargs.api_base={ctx.v1}",
         f"model.model_kwargs.api_key={ctx.key}",
         f"model.model_kwargs.max_tokens={ctx.cap}",
+        # Its protocol takes a bash call in every answer (an answer without
+        # one is a format error it sends back): asked for, the server holds
+        # each answer to a call. Qwen2.5-Coder-1.5B otherwise wrote the
+        # call as text, as its instructions' examples show one.
+        "model.model_kwargs.tool_choice=required",
     ]
     for c in configs:
         args += ["--config", c]
     said = [
         f"mini-swe-agent: openai/{ctx.model.id} at {ctx.v1} through litellm, "
-        f"{ctx.cap} output tokens a step, its bash tool; trajectory and config in a "
-        "temporary directory",
+        f"{ctx.cap} output tokens a step, its bash tool called in every step; "
+        "trajectory and config in a temporary directory",
     ]
     return Setup([*args, *ctx.user_args], env, said)

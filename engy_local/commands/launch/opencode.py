@@ -71,7 +71,16 @@ def config(ctx: Context, prefix: str = "OPENCODE") -> dict[str, Any]:
         "share": "disabled",
         # Run what the model asks without a prompt: engy launch's clients
         # act in the project, as Claude Code's and Codex's do under launch.
-        "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
+        # Outside the project it asks (a one-shot run refuses), its own
+        # temporary folder included, which it would otherwise allow: the
+        # 1.5B wrote the task's file to /tmp/opencode/ and was told it
+        # had succeeded.
+        "permission": {
+            "edit": "allow",
+            "bash": "allow",
+            "webfetch": "deny",
+            "external_directory": {"*": "ask"},
+        },
     }
     if ctx.lean:
         out["tools"] = {tool: False for tool in lean_off(prefix)}
