@@ -76,6 +76,23 @@ def test_codex_on_auto(choice: str, parameters: int | None, want: str, said: str
     assert profile.name == want and said in profile.why
 
 
+@pytest.mark.parametrize(
+    ("client", "parameters", "want"),
+    [
+        # Qwen2.5-Coder-1.5B: under lean Cline's model wrote its old XML
+        # format as text (3 of 3), under full it made the file.
+        ("cline", 1_543_714_304, "full"),
+        ("cline", 70 * B, "full"),
+        ("opencode", 1_543_714_304, "lean"),
+        ("qwen", 1_543_714_304, "lean"),
+        ("continue", 494_032_768, "lean"),
+    ],
+)
+def test_the_other_clients_on_auto(client: str, parameters: int, want: str) -> None:
+    assert choose("auto", 32768, parameters, GIB, client).name == want
+    assert choose("lean", 32768, parameters, GIB, client).name == "lean"
+
+
 # ---- Claude Code ------------------------------------------------------------------
 
 CACHE = "--exclude-dynamic-system-prompt-sections"

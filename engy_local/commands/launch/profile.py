@@ -13,7 +13,12 @@ optional field of exec_command and the call was refused, or run its
 answer to the token limit, where the full set ran the command. On
 Qwen2.5-Coder-1.5B lean did as well as full (1 of 8 task-runs against 0
 of 8) and reached its first token about 6x sooner (docs/benchmarks.md), so
-from there Codex gets what Claude Code gets. For both clients `auto`
+from there Codex gets what Claude Code gets.
+
+`auto` gives Cline its full set: its defaults are short (5.4k tokens, 25
+tools), and on Qwen2.5-Coder-1.5B under lean the model wrote Cline's old
+XML tool format as text in 3 greedy tries of 3, where under full it made
+the file with its editor tool (docs/benchmarks.md). For the other clients `auto`
 picks lean for a model under LEAN_PARAMETERS parameters (or, when
 the parameter count is unknown, weights under LEAN_WEIGHT_BYTES), or served
 with a window under LEAN_WINDOW tokens, and full otherwise. Measured on
@@ -42,6 +47,8 @@ LEAN_WEIGHT_BYTES = 8 << 30
 LEAN_WINDOW = 65_536
 # Codex on a smaller model keeps its defaults (see above).
 CODEX_LEAN_FROM = 1_000_000_000
+# Clients whose own tools did better than lean on a small model (see above).
+FULL_ON_AUTO = ("cline",)
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,9 @@ def choose(
     (None: unknown)."""
     if choice != "auto":
         return Profile(choice, f"--tools {choice}", _other(choice))
+    if client in FULL_ON_AUTO:
+        why = "auto: Cline did its task on a small model with its own tools, not on lean"
+        return Profile("full", why, _other("full"))
     if client == "codex" and parameters and parameters < CODEX_LEAN_FROM:
         why = (
             f"auto: Codex on {_count(parameters)} parameters, under {_count(CODEX_LEAN_FROM)}, "
