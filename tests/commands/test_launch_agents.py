@@ -11,7 +11,9 @@ the call, run it and (for the tool-calling ones) sent the result back; the
 turn after it reads the first turn's prompt from the cache; a second
 session in another folder reads most of its first prompt from the cache;
 and nothing is written in HOME: what the client keeps goes to launch's
-temporary directory, which is gone afterwards.
+temporary directory, which is gone afterwards. Each client's first request
+is kept (support.captured, outside the tree) for the cache's promise over
+its prompts (tests/runtime/test_cache_clients.py).
 
 Measured here (2 cores): every client's second session read 95% or more
 of its first prompt from the cache only with x-engy-cache-reuse where the
@@ -20,9 +22,7 @@ folder's path comes early (opencode: 1885 of 5228 tokens without it).
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import agents, captured
 from support.clients import base_env
 from support.paths import CACHE, need_fixtures
 from support.server import EngyServer
@@ -39,54 +40,11 @@ from support.server import EngyServer
 COMMAND = "echo Zebra > proof.txt"
 AFTER = "All done, the command ran"
 TIMEOUT = 300
-NPM = {
-    "opencode-ai": "1.18.33",
-    "@kilocode/cli": "7.7.7",
-    "@qwen-code/qwen-code": "0.24.4",
-    "cline": "3.0.65",
-    "@continuedev/cli": "1.5.47",
-}
-PYPI = {"aider-chat": "0.86.2", "mini-swe-agent": "2.4.6"}
-NPM_DIR = CACHE / "npm-agents"
-PY_DIR = CACHE / "agents-venv"
-
-
-def _installed(manifest: Path, version: str) -> bool:
-    try:
-        return bool(json.loads(manifest.read_text())["version"] == version)
-    except (OSError, ValueError, KeyError):
-        return False
 
 
 @pytest.fixture(scope="module")
 def agents_path() -> str:
-    """A PATH with every client at its pinned version: the npm ones in
-    CACHE/npm-agents, the PyPI ones in a venv of their own (their pins
-    would clash with engy's), each installed once and reused."""
-    modules = NPM_DIR / "node_modules"
-    if not all(_installed(modules / p / "package.json", v) for p, v in NPM.items()):
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: cannot install the agent CLIs")
-        NPM_DIR.mkdir(parents=True, exist_ok=True)
-        pins = [f"{p}@{v}" for p, v in NPM.items()]
-        r = subprocess.run(
-            [npm, "install", "--prefix", str(NPM_DIR), "--no-audit", "--no-fund", *pins],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert r.returncode == 0, f"npm install failed:\n{r.stdout}\n{r.stderr}"
-    pip = PY_DIR / "bin" / "pip"
-    check = subprocess.run(
-        [str(pip), "freeze"], capture_output=True, text=True
-    ) if pip.exists() else None  # fmt: skip
-    pins = [f"{p}=={v}" for p, v in PYPI.items()]
-    if check is None or not all(p in check.stdout for p in pins):
-        subprocess.run([sys.executable, "-m", "venv", str(PY_DIR)], check=True)
-        r = subprocess.run(
-            [str(pip), "install", "-q", *pins], capture_output=True, text=True, timeout=900
-        )
-        assert r.returncode == 0, f"pip install failed:\n{r.stdout}\n{r.stderr}"
-    return f"{modules / '.bin'}{os.pathsep}{PY_DIR / 'bin'}"
+    return agents.install()
 
 
 @dataclass(frozen=True)
@@ -191,14 +149,16 @@ def test_launched_agent_makes_the_file_and_its_prompts_are_read_from_the_cache(
     env["TMPDIR"] = str(tmp_path / "tmp")
     (tmp_path / "tmp").mkdir()
     server = EngyServer(str(model))
+    recorder = captured.Recorder(server.url)  # the client's requests, kept
     try:
         firsts = []
         for folder in ("one", "two"):
             work = tmp_path / folder
             work.mkdir()
             before = len(server.output())
+            sent = len(recorder.bodies)
             started = time.monotonic()
-            r = launch(client, server.port, agent.ask, env, work)
+            r = launch(client, recorder.port, agent.ask, env, work)
             took = time.monotonic() - started
             proof = work / "proof.txt"
             assert proof.is_file() and proof.read_text().strip() == "Zebra", why(r, server)
@@ -206,6 +166,10 @@ def test_launched_agent_makes_the_file_and_its_prompts_are_read_from_the_cache(
             assert turns, why(r, server)
             print(f"{client} in {folder}: {took:.1f} s, requests {turns}")
             firsts.append(turns[0])
+            body = recorder.first_turn(sent)
+            assert body is not None, recorder.bodies
+            if folder == "one":
+                captured.save(client, body)
             if client != "aider":  # one request: the edit is in its answer
                 # The turn after the call (Kilo asks something on the side
                 # between): its prompt is the first one and more, read
@@ -215,6 +179,7 @@ def test_launched_agent_makes_the_file_and_its_prompts_are_read_from_the_cache(
         second = firsts[1]
         assert int(second["cached"]) >= agent.reread * int(second["prompt"]), firsts
     finally:
+        recorder.stop()
         server.stop()
     # Nothing in HOME, and launch's temporary directory is gone (the
     # clients' own scratch files in TMPDIR are theirs).
