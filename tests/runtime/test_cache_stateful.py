@@ -1,8 +1,10 @@
 """The prompt cache's promise held by a stateful property test: random
 sequences of the flows agents produce (new conversations, some sharing a
 system prompt and tools; next turns; side requests; edited histories;
-resent requests; answers cancelled mid-way; restarts; more conversations than sequences) against a
-real engine per model kind, drafts on. After every request: it read at
+resent requests; answers cancelled mid-way; restarts; more conversations than sequences;
+on the tiny models, sessions of the launched clients from their captured
+first requests, support.captured, where the launch tests have captured
+them) against a real engine per model kind, drafts on. After every request: it read at
 least what the rule gives (support.flows.least, the table in
 docs/caches-and-sessions.md), no error, the sequences' bookkeeping agrees
 with llama.cpp, and the greedy answer is a cold engine's or parts from it
@@ -23,8 +25,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
-from support.flows import Cold, Kind, Session, kind_of, replay, watching
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from support import captured
+from support.flows import Cold, Head, Kind, Session, head_of, kind_of, replay, watching
 from support.paths import CACHE, need_fixtures
 from support.realmodels import QWEN_05B, need
 
@@ -46,6 +55,14 @@ def bounds(name: str) -> tuple[int, int]:
 
 
 LOAD: dict[str, object] = {"speculative": "on"}  # drafts on; the cold engine's off
+# The launched clients' heads (up to 12k tokens): on the tiny models only,
+# in a window that holds them.
+CLIENT_LOAD: dict[str, object] = {"ctx_size": 32768}
+
+
+def client_heads(name: str) -> tuple[Head, ...]:
+    return tuple(head_of(b) for b in captured.present()) if name in TINY else ()
+
 
 # Sliding window, hybrid, MoE, full attention.
 MODELS = ["gemma", "qwen35", "qwen3moe", "qwen0.5b"]
@@ -58,15 +75,20 @@ def _outputs() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module", params=MODELS)
-def model(request: pytest.FixtureRequest) -> Path:
-    if request.param == "gemma":
+def name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def model(name: str, request: pytest.FixtureRequest) -> Path:
+    if name == "gemma":
         return Path(request.getfixturevalue("gemma_path"))
-    if request.param == "qwen0.5b":
+    if name == "qwen0.5b":
         return need(QWEN_05B)
     need_fixtures()
     from support.hybrid import hybrid_gguf_cached
 
-    return hybrid_gguf_cached(CACHE / "ggufs", arch=request.param, template="Qwen-Qwen3-0.6B.jinja")
+    return hybrid_gguf_cached(CACHE / "ggufs", arch=name, template="Qwen-Qwen3-0.6B.jinja")
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +97,32 @@ def kind(model: Path) -> Kind:
 
 
 @pytest.fixture(scope="module")
-def cold(model: Path) -> Iterator[Cold]:
-    c = Cold(model)
+def heads(name: str) -> tuple[Head, ...]:
+    return client_heads(name)
+
+
+@pytest.fixture(scope="module")
+def load(heads: tuple[Head, ...]) -> dict[str, object]:
+    return {**LOAD, **CLIENT_LOAD} if heads else LOAD
+
+
+@pytest.fixture(scope="module")
+def cold(model: Path, heads: tuple[Head, ...]) -> Iterator[Cold]:
+    c = Cold(model, **(CLIENT_LOAD if heads else {}))
     yield c
     c.close()
 
 
 def test_the_promise_holds_over_random_flows(
-    model: Path, kind: Kind, cold: Cold, tmp_path: Path, request: pytest.FixtureRequest
+    name: str,
+    model: Path,
+    kind: Kind,
+    cold: Cold,
+    heads: tuple[Head, ...],
+    load: dict[str, object],
+    tmp_path: Path,
 ) -> None:
-    examples, steps = bounds(request.node.callspec.params["model"])
+    examples, steps = bounds(name)
     count = itertools.count()
     systems, seeds, chats = st.integers(0, 1), st.integers(0, 3), st.integers(0, 5)
 
@@ -92,7 +130,7 @@ def test_the_promise_holds_over_random_flows(
         def __init__(self) -> None:
             super().__init__()
             disk = tmp_path / f"kv{next(count)}"
-            self.s = Session(model, disk, cold, kind, **LOAD)
+            self.s = Session(model, disk, cold, kind, heads, **load)
 
         @initialize(system=systems, seed=seeds)
         def first(self, system: int, seed: int) -> None:
@@ -101,6 +139,11 @@ def test_the_promise_holds_over_random_flows(
         @rule(system=systems, seed=seeds)
         def new(self, system: int, seed: int) -> None:
             self.s.new(system, seed)
+
+        @precondition(lambda self: self.s.clients > 0)
+        @rule(n=st.integers(0, 6), seed=seeds)
+        def client(self, n: int, seed: int) -> None:
+            self.s.client(n, seed)
 
         @rule(chat=chats)
         def turn(self, chat: int) -> None:
@@ -157,8 +200,15 @@ FOUND: list[tuple[str, list[str]]] = [
 
 
 @pytest.mark.parametrize("flow", [f[1] for f in FOUND], ids=[f[0] for f in FOUND])
-def test_found_flows(model: Path, kind: Kind, cold: Cold, tmp_path: Path, flow: list[str]) -> None:
-    session = Session(model, tmp_path / "kv", cold, kind, **LOAD)
+def test_found_flows(
+    model: Path,
+    kind: Kind,
+    cold: Cold,
+    load: dict[str, object],
+    tmp_path: Path,
+    flow: list[str],
+) -> None:
+    session = Session(model, tmp_path / "kv", cold, kind, **load)
     try:
         replay(session, flow)
     finally:

@@ -96,16 +96,39 @@ def rules(seed: int, lines: int) -> str:
 MAIN_SYSTEM = "You are an interactive CLI coding agent.\n" + rules(0, 100)
 
 
+@dataclass(frozen=True)
+class Head:
+    """What comes before a conversation's first user message: a system
+    prompt (or a client's whole preamble) and the tools."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+
+
+def head_of(body: dict[str, object]) -> Head:
+    """A captured Chat Completions request's head: all before its last user
+    message (the task), and its tools."""
+    from engy_local.protocols.chat_completions_request import parse_request
+
+    chat = parse_request(body).chat
+    last = max(i for i, m in enumerate(chat.messages) if m.role == "user")
+    return Head(chat.messages[:last], chat.tools)
+
+
 def conversation(
     *turns: str,
     system: str = MAIN_SYSTEM,
     tools: tuple[ToolSpec, ...] = TOOLS,
     max_tokens: int = 12,
+    head: Head | None = None,
 ) -> ChatRequest:
-    """A greedy request: the system prompt and tools, then user and
-    assistant turns alternating, the last a user's."""
+    """A greedy request: the system prompt and tools (or `head`), then user
+    and assistant turns alternating, the last a user's."""
     roles = ["user", "assistant"]
-    messages = [Message("system", (Text(system),))] if system else []
+    if head is not None:
+        messages, tools = list(head.messages), head.tools
+    else:
+        messages = [Message("system", (Text(system),))] if system else []
     messages += [Message(roles[i % 2], (Text(t),)) for i, t in enumerate(turns)]  # type: ignore[arg-type]
     return ChatRequest(
         "m",
@@ -440,7 +463,7 @@ SYSTEMS = (
 
 @dataclass
 class Chat:
-    system: int
+    head: int  # Session.heads: SYSTEMS', then the captured clients'
     turns: list[str]  # user, assistant, ..., user
     answer: str = ""  # the last answer's text
 
@@ -451,9 +474,20 @@ class Session:
     and the sequences' bookkeeping. `log` is the flow so far, as the
     operation names a table row replays (`replay`)."""
 
-    def __init__(self, model: Path, disk: Path, cold: Cold, kind: Kind, **load: object) -> None:
+    def __init__(
+        self,
+        model: Path,
+        disk: Path,
+        cold: Cold,
+        kind: Kind,
+        clients: tuple[Head, ...] = (),
+        **load: object,
+    ) -> None:
         self.model, self.kind, self.cold, self.load = model, kind, cold, load
         self.engine = Engine(model, disk=disk, load=dict(load))
+        system = tuple(Head((Message("system", (Text(s),)),), TOOLS) for s in SYSTEMS)
+        self.heads = system + clients  # captured clients' heads (support.captured) last
+        self.clients = len(clients)
         self.chats: list[Chat] = []
         self.seen: list[Seen] = []
         self.log: list[str] = []
@@ -467,6 +501,14 @@ class Session:
         """A new conversation (the same system prompt and tools as another, or not)."""
         self.log.append(f"new {system} {seed}")
         self.chats.append(Chat(system, [question(seed, lines=4)]))
+        self._ask(len(self.chats) - 1)
+
+    def client(self, n: int, seed: int) -> None:
+        """A new session of a launched client: its captured preamble and
+        tools, a new task."""
+        n %= self.clients
+        self.log.append(f"client {n} {seed}")
+        self.chats.append(Chat(len(SYSTEMS) + n, [question(seed, lines=4)]))
         self._ask(len(self.chats) - 1)
 
     def turn(self, chat: int) -> None:
@@ -512,7 +554,7 @@ class Session:
     # what each request is held to
     def _ask(self, chat: int, cancel: bool = False) -> None:
         c = self.chats[chat]
-        request = conversation(*c.turns, system=SYSTEMS[c.system], max_tokens=8)
+        request = conversation(*c.turns, head=self.heads[c.head], max_tokens=8)
         turn = self._check(request, chat, cancel)
         c.answer = turn.text
 
