@@ -130,6 +130,8 @@ def test_mini_swe_agent_gets_the_server_and_a_cap_through_litellm(tmp_path: Path
     assert "model.model_kwargs.max_tokens=8192" in configs
     # Each of its steps must be a bash call: the server is asked to hold it to one.
     assert "model.model_kwargs.tool_choice=required" in configs
+    # Its own limit is none and a local model costs nothing: launch's limit.
+    assert "agent.step_limit=50" in configs
     # The user's own config comes after launch's, so it wins.
     mine = miniswe.configure(context(tmp_path, "--config", "my.yaml"))
     assert mine.args[-2:] == ["--config", "my.yaml"]

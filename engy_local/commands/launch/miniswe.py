@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from .setup import Context, Setup, given
 
+# Steps a run takes at most unless the user's config says otherwise (theirs
+# comes after launch's, so it wins).
+STEP_LIMIT = 50
+
 
 def configure(ctx: Context) -> Setup:
     env = dict(ctx.base_env)
@@ -30,12 +34,17 @@ def configure(ctx: Context) -> Setup:
         # each answer to a call. Qwen2.5-Coder-1.5B otherwise wrote the
         # call as text, as its instructions' examples show one.
         "model.model_kwargs.tool_choice=required",
+        # Its own limit is none (0), and a local model costs nothing, so
+        # its cost limit never comes: held to a call, the 1.5B wrote the
+        # same one again step after step once the file was made.
+        f"agent.step_limit={STEP_LIMIT}",
     ]
     for c in configs:
         args += ["--config", c]
     said = [
         f"mini-swe-agent: openai/{ctx.model.id} at {ctx.v1} through litellm, "
-        f"{ctx.cap} output tokens a step, its bash tool called in every step; "
-        "trajectory and config in a temporary directory",
+        f"{ctx.cap} output tokens a step, its bash tool called in every step, at most "
+        f"{STEP_LIMIT} steps (agent.step_limit); trajectory and config in a temporary "
+        "directory",
     ]
     return Setup([*args, *ctx.user_args], env, said)
