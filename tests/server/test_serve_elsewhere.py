@@ -42,20 +42,24 @@ def user_home(tmp_path_factory: pytest.TempPathFactory, tiny_answer: Path) -> It
         yield home
 
 
-def ask_every_api(server: EngyServer, model: str) -> None:
-    """One request on each API, each answered by the model."""
+def ask_every_api(
+    server: EngyServer, model: str, answer: str = ANSWER
+) -> tuple[anthropic.types.Message, openai.types.chat.ChatCompletion]:
+    """One request on each API, each answered `answer` by the model; the
+    Messages and Chat Completions answers, for more checks."""
     with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as client:
         r = client.messages.create(
             model=model, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
         )
-    assert "".join(b.text for b in r.content if b.type == "text") == ANSWER
-    gpt = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
-    response = gpt.responses.create(model=model, input="hi", max_output_tokens=16)
-    assert response.output_text == ANSWER
-    chat = gpt.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=16
-    )
-    assert chat.choices[0].message.content == ANSWER
+    assert "".join(b.text for b in r.content if b.type == "text") == answer
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as gpt:
+        response = gpt.responses.create(model=model, input="hi", max_output_tokens=16)
+        assert response.output_text == answer
+        chat = gpt.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=16
+        )
+    assert chat.choices[0].message.content == answer
+    return r, chat
 
 
 def status(server: EngyServer) -> dict[str, Any]:
@@ -202,29 +206,19 @@ def test_an_ollama_model_with_only_ollama_s_template_serves_with_its_family_s_an
         model = "ollama:qwen-only-go"
         # The stop word " engy" cuts ANSWER ("Hello from engy.") short.
         cut = ANSWER[: ANSWER.index(" engy")]
+        r, chat = ask_every_api(server, model, cut)
+        assert r.stop_reason == "end_turn"
+        assert chat.choices[0].finish_reason == "stop"
+        # The family's template renders tools, so it takes them.
         tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
         with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as client:
-            r = client.messages.create(
-                model=model, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
-            )
-            assert "".join(b.text for b in r.content if b.type == "text") == cut
-            assert r.stop_reason == "end_turn"
-            # The family's template renders tools, so it takes them.
             counted = client.messages.count_tokens(
                 model=model, messages=[{"role": "user", "content": "hi"}], tools=tools
             ).input_tokens
             bare = client.messages.count_tokens(
                 model=model, messages=[{"role": "user", "content": "hi"}]
             ).input_tokens
-            assert counted > bare + 50
-        gpt = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
-        response = gpt.responses.create(model=model, input="hi", max_output_tokens=16)
-        assert response.output_text == cut
-        chat = gpt.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=16
-        )
-        assert chat.choices[0].message.content == cut
-        assert chat.choices[0].finish_reason == "stop"
+        assert counted > bare + 50
     finally:
         server.stop()
     with pytest.MonkeyPatch.context() as mp:
