@@ -60,10 +60,6 @@ LOAD: dict[str, object] = {"speculative": "on"}  # drafts on; the cold engine's 
 CLIENT_LOAD: dict[str, object] = {"ctx_size": 32768}
 
 
-def client_heads(name: str) -> tuple[Head, ...]:
-    return tuple(head_of(b) for b in captured.present()) if name in TINY else ()
-
-
 # Sliding window, hybrid, MoE, full attention.
 MODELS = ["gemma", "qwen35", "qwen3moe", "qwen0.5b"]
 
@@ -98,7 +94,7 @@ def kind(model: Path) -> Kind:
 
 @pytest.fixture(scope="module")
 def heads(name: str) -> tuple[Head, ...]:
-    return client_heads(name)
+    return tuple(head_of(b) for b in captured.present()) if name in TINY else ()
 
 
 @pytest.fixture(scope="module")
