@@ -4,7 +4,8 @@ replay them: the cache's promise over a launched client's own prompts
 (tests/runtime/test_cache_clients.py). Never copied into the repo.
 
 - `Recorder`: a loopback proxy in front of a server that keeps every POST
-  body it forwards (answers pass through as they stream).
+  body it forwards (answers pass through as they stream); `transcript()`
+  says what the model did in the last conversation, for a failing test.
 - `save(client, body)` / `load(client)`: one client's first request;
   `present()`: all there are.
 """
@@ -95,6 +96,32 @@ class Recorder:
         the first one at all (Aider offers none)."""
         chats = [b for p, b in self.bodies[since:] if p.endswith("/chat/completions")]
         return next((b for b in chats if b.get("tools")), chats[0] if chats else None)
+
+    def transcript(self, since: int = 0, width: int = 300) -> str:
+        """The last Chat Completions request's turns after its first user
+        message, a line each (calls with their arguments, tool results and
+        text cut to `width`): what the model did, where a test says it
+        did not do what it was asked."""
+        chats = [b for p, b in self.bodies[since:] if p.endswith("/chat/completions")]
+        if not chats:
+            return "(no Chat Completions request)"
+        messages = chats[-1].get("messages") or []
+        first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), 0)
+        lines = []
+        for m in messages[first + 1 :]:
+            said = _text(m.get("content"))
+            calls = [
+                f"{c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})"
+                for c in m.get("tool_calls") or []
+            ]
+            lines.append(f"{m.get('role')}: {' '.join([said, *calls]).strip()[:width]}")
+        return "\n".join(lines) or "(nothing after the first user message)"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
 
 
 def save(client: str, body: dict[str, Any]) -> None:
