@@ -92,8 +92,12 @@ def test_qwen_settings_are_the_user_s_with_engy_s_model_over_them(tmp_path: Path
     # The prompt stays first; engy's list-taking flags come after it.
     assert setup.args[0] == "Make it" and "--core-tools" in setup.args
     assert json.loads((home / ".qwen" / "settings.json").read_text()) == mine
+    # Lean cuts the bundled skills' list (its Skill tool is cut too).
+    assert settings["skills"]["disabledLevels"] == ["bundled"]
     yolo = qwen.configure(context(tmp_path, "Go", "--approval-mode", "plan", lean=False))
     assert yolo.args == ["Go", "--approval-mode", "plan"]
+    full = json.loads((Path(yolo.env["QWEN_HOME"]) / "settings.json").read_text())
+    assert "skills" not in full
 
 
 def test_continue_s_config_has_the_window_the_cap_and_the_header(tmp_path: Path) -> None:

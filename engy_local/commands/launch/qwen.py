@@ -15,8 +15,12 @@ from typing import Any
 
 from .setup import CACHE_HEADERS, Context, Setup, given
 
-# What lean keeps: its shell, reading and writing files.
-LEAN_CORE = ("run_shell_command", "write_file", "read_file", "edit")
+# What lean keeps: its shell, reading and writing files. Not `edit`: asked
+# to run a command, Qwen2.5-Coder-0.5B called edit on the file the command
+# was to make, four times, then answered nothing; a small model writes a
+# whole file as well as it edits one (Aider's `whole` against `diff`,
+# docs/benchmarks.md).
+LEAN_CORE = ("run_shell_command", "write_file", "read_file")
 # Excluding its tool search would show its deferred tools instead: these go
 # too; and the worktree, artifact, findings and messaging tools, which
 # --core-tools leaves in (measured on Qwen2.5-Coder-1.5B: 3k of its 11.9k
@@ -31,6 +35,12 @@ QUIET: dict[str, dict[str, Any]] = {
     "general": {"enableAutoUpdate": False},
     "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False},
 }
+# Lean's quiet defaults besides: no bundled skills. Their list (1.7k
+# tokens in a <system-reminder> before the task) is for the Skill tool,
+# which lean excludes, and after it Qwen2.5-Coder-1.5B wrote reminders of
+# its own ("the file has been created") instead of a call. The user's own
+# skills stay.
+QUIET_LEAN: dict[str, dict[str, Any]] = {"skills": {"disabledLevels": ["bundled"]}}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +76,8 @@ def settings(ctx: Context, theirs: dict[str, Any]) -> dict[str, Any]:
         },
         "security": {"auth": {"selectedType": "openai"}},
     }
-    return _merge(_merge(QUIET, theirs), ours)
+    quiet = _merge(QUIET, QUIET_LEAN) if ctx.lean else QUIET
+    return _merge(_merge(quiet, theirs), ours)
 
 
 def configure(ctx: Context) -> Setup:
@@ -94,6 +105,7 @@ def configure(ctx: Context) -> Setup:
         f"Qwen Code: {ctx.model.id} at {ctx.v1}, its {ctx.model.context_length}-token window "
         f"and {ctx.cap} output tokens; settings in a temporary QWEN_HOME (yours read, not "
         "changed)",
-        f"Qwen Code: {tools}; approval mode yolo; no telemetry, usage statistics or auto-memory",
+        f"Qwen Code: {tools}; approval mode yolo; no telemetry, usage statistics or auto-memory"
+        + ("; no bundled skills" if ctx.lean else ""),
     ]
     return Setup(args, env, said)
