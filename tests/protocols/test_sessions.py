@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from support.paths import FIXTURES
+from support.paths import need_fixtures
 
 from engy_local.chat import ChatRequest, Message, Text, ToolSpec
 from engy_local.protocols.sessions import (
@@ -24,11 +24,9 @@ from engy_local.protocols.sessions import (
     title_text,
 )
 
-REQUESTS = FIXTURES / "requests"
-
 
 def recorded(name: str) -> tuple[dict[str, str], dict[str, Any]]:
-    raw = json.loads((REQUESTS / name).read_text())
+    raw = json.loads((need_fixtures() / "requests" / name).read_text())
     return {k.lower(): v for k, v in raw["headers"]}, raw["body"]
 
 

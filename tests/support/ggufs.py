@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from support.paths import FIXTURES
+from support.paths import FIXTURES, need_fixtures
 
 VOCAB_DIR = FIXTURES / "vocab"
 TEMPLATE_DIR = FIXTURES / "chat-templates"
@@ -387,6 +387,8 @@ def cached_build(cache_dir: Path, build: Callable[..., Path], name: str, **kwarg
     args = {k: v for k, v in params.arguments.items() if k != "out"}
     h = hashlib.sha256(repr(sorted(args.items())).encode())
     h.update(Path(inspect.getfile(build)).read_bytes())
+    if "vocab" in args or args.get("template") is not None:
+        need_fixtures()  # a skip that says where they were looked for
     if "vocab" in args:
         h.update(vocab_path(args["vocab"]).read_bytes())
     if args.get("template") is not None:
