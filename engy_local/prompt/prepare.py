@@ -21,6 +21,7 @@ from .calls.answerformat import told
 from .calls.autocall import call_or_answer_grammar, started_call_grammar
 from .calls.forced import forced_call_grammar, json_answer_grammar
 from .families import Family
+from .families.qwen3_coder import Qwen3CoderParser
 from .parsing.loosecalls import LooseCallParser, spellings
 from .parsing.toolparse import ForcedCallParser, ToolParser
 from .render.images import PlacedImages, image_placeholder, images_of, place_images
@@ -352,7 +353,7 @@ def prepare(model: PromptModel, request: ChatRequest, output_cap: int) -> Prepar
         # reads those too, and LooseCallParser gives the offered name back.
         spelled = {s: schema for name, schema in names.items() for s in spellings(name)}
         parser = parser_class(tools=spelled, thinking=in_thinking, new_id=new_call_id)
-        return LooseCallParser(parser, names, new_call_id)
+        return LooseCallParser(parser, names, new_call_id, Qwen3CoderParser)
 
     s = request.sampling
     params = SamplingParams(

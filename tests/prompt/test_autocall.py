@@ -78,6 +78,10 @@ def test_no_tools_no_grammar() -> None:
 
 
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+TAGGED = (
+    "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "<parameter=days>\n3\n</parameter>\n</function>"
+)
 PRETTY = (
     '{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris",\n    "days": 20\n  }\n}'
 )
@@ -112,6 +116,16 @@ PRETTY = (
         ('```json\n{"name": "a.txt", "arguments": {"minutes": 2}}\n```', False),
         (f"```json\n{CALL}\n``` and more", False),
         (f"```python\n{CALL}\n```", False),
+        # Qwen3-Coder's tags without their block (Qwen2.5-Coder writes them
+        # after Qwen Code's prompt), held to the tool's schema
+        (TAGGED, True),
+        (f"{TAGGED}\n{TAGGED}", True),
+        ("<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>", True),
+        ("<function=play.song>\n</function>", True),
+        ("<function=get_weather>\n</function>", False),  # city is required
+        (TAGGED.replace("\n3\n", "\nthree\n"), False),  # days is an integer
+        ("<function=rm>\n</function>", False),
+        (f"{TAGGED}\nDone.", False),
     ],
 )
 def test_accepts_the_calls_and_nothing_else(vocab: Vocab, text: str, ok: bool) -> None:
@@ -169,6 +183,12 @@ def start(grammar: LazyGrammar, output: str) -> int | None:
         ('{"city": "Paris"}', None),
         ("```python\nprint(1)\n```", None),
         ('{"name": "get_weathe', None),
+        # Qwen3-Coder's tags to an offered tool; not Llama 3.1's JSON in them
+        ("Sure.\n<function=get_weather>\n<parameter=city>", 6),
+        ("<function=play.song>\n", 0),
+        ("<function=rm>\n<parameter=path>", None),
+        ('<function=get_weather>{"city": "Paris"}', None),
+        ("<function=get_weather", None),
     ],
 )
 def test_triggers_find_where_a_call_starts(output: str, at: int | None) -> None:

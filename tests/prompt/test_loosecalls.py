@@ -158,3 +158,47 @@ def test_a_name_no_tool_can_have_is_read_by_its_arguments(
     output: str, expected: Result | None
 ) -> None:
     assert_parses(output, expected or Result(text=output), loose=True, tools=CODEX)
+
+
+# Qwen3-Coder's tags, as Qwen2.5-Coder-1.5B wrote them after Qwen Code's
+# prompt (whose examples show them): a call to an offered tool.
+TAG = "<function=Bash>\n<parameter=command>\nls -la\n</parameter>\n<parameter=timeout>\n20\n</parameter>\n</function>"  # noqa: E501
+
+TAGGED = [
+    (TAG, Result(calls=calls(("Bash", BMI_ARGS)))),
+    (
+        f"I'll list it.\n{TAG}\n\nDone.",
+        Result("I'll list it.Done.", calls=calls(("Bash", BMI_ARGS))),
+    ),
+    # in its block, or with only the block's close after it
+    (f"<tool_call>\n{TAG}\n</tool_call>", Result(calls=calls(("Bash", BMI_ARGS)))),
+    (f"{TAG}\n</tool_call>", Result(calls=calls(("Bash", BMI_ARGS)))),
+    (f"{TAG}\n{TAG}", Result(calls=calls(("Bash", BMI_ARGS), ("Bash", BMI_ARGS)))),
+    # a value with tags and newlines of its own
+    (
+        "<function=Write>\n<parameter=file_path>\na.html\n</parameter>\n"
+        "<parameter=content>\n<p>\n hi\n</p>\n</parameter>\n</function>",
+        Result(calls=calls(("Write", '{"file_path": "a.html", "content": "<p>\\n hi\\n</p>"}'))),
+    ),
+    # Llama 3.1's form: the arguments as a JSON object
+    (
+        '<function=Read>{"file_path": "a.py"}</function>',
+        Result(calls=calls(("Read", '{"file_path": "a.py"}'))),
+    ),
+    # cut by the token limit: a call with what it has
+    (
+        "<function=Bash>\n<parameter=command>\nls",
+        Result(calls=calls(("Bash", '{"command": "ls"}'))),
+    ),
+    # text: a tool that was not offered, tags in prose, a head never finished
+    ("<function=rm_rf>\n<parameter=path>\n/\n</parameter>\n</function>", None),
+    ("Use <div> and a < b, or <function=> here.", None),
+    ("It ends <function=Ba", None),
+]
+
+
+@pytest.mark.parametrize(("output", "expected"), TAGGED, ids=[r[0][:40] for r in TAGGED])
+def test_qwen3_coder_s_tags_to_an_offered_tool_are_a_call(
+    output: str, expected: Result | None
+) -> None:
+    assert_parses(output, expected or Result(text=output), loose=True)

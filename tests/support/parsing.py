@@ -17,6 +17,7 @@ from engy_local.chat import (
     ToolCallStart,
 )
 from engy_local.prompt.families import make_parser
+from engy_local.prompt.families.qwen3_coder import Qwen3CoderParser
 from engy_local.prompt.parsing.loosecalls import LooseCallParser
 from engy_local.prompt.parsing.toolparse import ToolParser
 
@@ -46,8 +47,8 @@ def parse(
         return f"call_{next(counter)}"
 
     parser: ToolParser = make_parser(family, tools=tools, thinking=thinking, new_id=new_id)
-    if loose:
-        parser = LooseCallParser(parser, tools, new_id)
+    if loose:  # with Qwen3-Coder's tags read, as prepare.py has it
+        parser = LooseCallParser(parser, tools, new_id, Qwen3CoderParser)
     events: list[Event] = []
     for chunk in chunks:
         events += parser.feed(chunk)

@@ -6,10 +6,11 @@ call is.
 
 A call begins at the family's own marker (`<tool_call>`), or in one of the
 forms small models write instead: a JSON object (or a list of them), bare
-or in a ```json fence, opening with `{"name": "<an offered tool>"`. llama.cpp's
-lazy grammar watches for those (`triggers`: regexes, searched in the output
-so far; the grammar applies from the first group's start); the parser reads
-the JSON forms back as calls (loosecalls.py).
+or in a ```json fence, opening with `{"name": "<an offered tool>"`, or
+Qwen3-Coder's tags outside their block, `<function=<an offered tool>>` and
+a newline. llama.cpp's lazy grammar watches for those (`triggers`: regexes,
+searched in the output so far; the grammar applies from the first group's
+start); the parser reads these forms back as calls (loosecalls.py).
 """
 
 from __future__ import annotations
@@ -20,14 +21,23 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...chat import ToolSpec
 from ...grammar.gbnf import fixed_start, literal
 from ...grammar.schema import JSON_SPACE
 from ..families import Family
+from ..families.qwen3_coder import FORMAT as QWEN3_CODER
+from ..families.xmlcalls import make_tool_rules
 from ..parsing.loosecalls import NAME_CHARS, spellings
-from .forced import MAX_CALLS, bounded_answer, bounded_arguments, call_rules, grammar_text
+from .forced import (
+    MAX_CALLS,
+    MAX_GRAMMAR,
+    bounded_answer,
+    bounded_arguments,
+    call_rules,
+    grammar_text,
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,11 @@ class LazyGrammar:
     triggers: tuple[str, ...]  # ECMAScript regexes, as llama.cpp's std::regex reads them
     words: tuple[str, ...]  # marker texts that also trigger as a token of their own
 
+
+# Qwen3-Coder's call without its block: from `<function=` to `</function>`.
+_tagged_rules = make_tool_rules(
+    replace(QWEN3_CODER, block_close="", grammar_head="<function="), "t"
+)
 
 # Grammars made lately, by family, `after` and the tools' names and
 # parameters: an agent sends the same tools every turn, and Claude Code's 22
@@ -73,6 +88,9 @@ def _lazy_grammar(tools: Sequence[ToolSpec], family: Family, after: str) -> Lazy
     starts = _family_rules(tools, family, rules)
     marker = _marker(rules) if starts else ""
     starts += ["fenced", "jcalls", "stray"]
+    tagged = _tagged(tools, rules)
+    if tagged:
+        starts.append("tagged")
     gbnf = grammar_text(rules, " | ".join(starts), family, False, "tools", "the call grammar")
     # Each trigger matches only what the grammar accepts from the group's
     # start (llama.cpp feeds it from there; text it rejected would be fatal),
@@ -98,7 +116,25 @@ def _lazy_grammar(tools: Sequence[ToolSpec], family: Family, after: str) -> Lazy
     # where only determine_body_mass_index is offered, and a grammar picking
     # the name among the tools would make that a call to the wrong tool.
     triggers += [f"{lead}({fence}{head})", f"{lead}({head})"]
+    if tagged:  # the newline: Llama 3.1's `<function=NAME>{...}` stays free
+        triggers.append(f"{lead}(<function=(?:{'|'.join(map(_escape, tagged))})>\n)")
     return LazyGrammar(gbnf, tuple(triggers), (marker,) if marker and not after else ())
+
+
+def _tagged(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[str]:
+    """Adds the rule "tagged": calls in Qwen3-Coder's tags without their
+    block, one or more; returns the tools' names, or [] where the grammar
+    would grow past its limit (the tags are read as calls all the same)."""
+    first: dict[str, ToolSpec] = {}
+    for tool in tools:
+        first.setdefault(tool.name, tool)
+    own: dict[str, str] = {}
+    _tagged_rules(list(first.values()), own)
+    own["tagged"] = f"tcall ([ \\t\\n]{{0,2}} tcall){{0,{MAX_CALLS - 1}}} [ \\t\\n]{{0,2}}"
+    if sum(len(k) + len(v) + 5 for k, v in {**rules, **own}.items()) > MAX_GRAMMAR:
+        return []
+    rules.update(own)
+    return list(first)
 
 
 def call_or_answer_grammar(

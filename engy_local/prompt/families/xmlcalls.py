@@ -529,9 +529,12 @@ class XmlCallParser(PlainParser):
 # ---- forced calls -------------------------------------------------------------
 
 
-def make_tool_rules(fmt: XmlFormat) -> Callable[[list[ToolSpec], dict[str, str]], None]:
+def make_tool_rules(
+    fmt: XmlFormat, prefix: str = ""
+) -> Callable[[list[ToolSpec], dict[str, str]], None]:
     """The family's `tool_rules`: adds "call", one call to one of the tools
-    in `fmt`'s layout (see the module's docstring for what it enforces)."""
+    in `fmt`'s layout (see the module's docstring for what it enforces);
+    every rule's name starts with `prefix` ("tcall" ...)."""
     # After a value that is not free text (free text takes its own close tag).
     value_end = literal(("\n" if fmt.trim_newline else "") + fmt.value_close + "\n")
     tail = literal(fmt.call_close + ("\n" + fmt.block_close if fmt.block_close else ""))
@@ -558,21 +561,21 @@ def make_tool_rules(fmt: XmlFormat) -> Callable[[list[ToolSpec], dict[str, str]]
             parts = [literal(fmt.grammar_head + tool.name + fmt.grammar_after_name)]
             props = _properties(tool.parameters)
             if props is None:  # no declared parameters: any key, free text
-                rules.update(until(fmt.value_close, f"x{i}-any-s"))
+                rules.update(until(fmt.value_close, f"{prefix}x{i}-any-s"))
                 key = literal(fmt.key_open) + ' [^<>"\\n]+ ' + literal(fmt.grammar_value_sep)
-                rules[f"x{i}-any"] = f"{key} x{i}-any-s-0 {_NEWLINE}"
-                parts.append(f"x{i}-any*")
+                rules[f"{prefix}x{i}-any"] = f"{key} {prefix}x{i}-any-s-0 {_NEWLINE}"
+                parts.append(f"{prefix}x{i}-any*")
             else:
                 required = tool.parameters.get("required")
                 needed = set(required) if isinstance(required, list) else set()
                 for j, (key, schema) in enumerate(props.items()):
-                    name = f"x{i}-p{j}"
+                    name = f"{prefix}x{i}-p{j}"
                     head = literal(fmt.key_open + key + fmt.grammar_value_sep)
                     rules[name] = head + " " + value_rule(schema, name, rules)
                     parts.append(name if key in needed else name + "?")
             parts.append(tail)
-            rules[f"call-{i}"] = " ".join(parts)
-        alternatives = " | ".join(f"call-{i}" for i in range(len(tools)))
-        rules["call"] = f'"\\n"? ({alternatives})'
+            rules[f"{prefix}call-{i}"] = " ".join(parts)
+        alternatives = " | ".join(f"{prefix}call-{i}" for i in range(len(tools)))
+        rules[f"{prefix}call"] = f'"\\n"? ({alternatives})'
 
     return tool_rules

@@ -12,6 +12,18 @@ not offered is text. A "name" that cannot be a tool's at all (a command,
 `"name": "echo hi > a.txt"`: small models write what they mean to do there)
 is a call where its arguments fit one offered tool and no other, else text
 as written. Anything else stays text.
+
+Given a `tagged` parser (Qwen3-Coder's, from prepare.py: this package
+knows no family), a call in Qwen3-Coder's tags to an offered tool is a
+call too, the block's tags around it or not: Qwen2.5-Coder writes these
+after Qwen Code's prompt, whose examples show them,
+
+    <function=write_file>\n<parameter=file_path>\na.txt\n</parameter>\n</function>
+
+and one whose body is a JSON object takes that as its arguments (Llama
+3.1's `<function=NAME>{...}</function>`). It is read whole once its
+`</function>` comes (a `</tool_call>` right after it goes with it), or at
+the end of the output.
 `LooseCallParser` wraps a family's parser and reads these in the text that
 parser passes on: text that may still open such a call is held back until
 the name decides; a call's arguments come out whole once its object is
@@ -30,7 +42,7 @@ from typing import Any
 
 from ...chat import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from .jsonscan import repair_object
-from .toolparse import ToolParser, merged
+from .toolparse import ParserFactory, ToolParser, merged
 
 _FENCE = re.compile(r"```(?:json|JSON)?")
 _HEAD = re.compile(r'(```(?:json|JSON)?\s*)?(\[\s*)?\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -42,6 +54,13 @@ _HELD = 256  # a candidate longer than this that has not opened a call is text
 NAME_CHARS = "A-Za-z0-9_.-"
 _NO_NAME = re.compile(f"[^{NAME_CHARS}]")
 _STRAY_HELD = 64 * 1024  # a stray call not closed within this is text
+# A call in Qwen3-Coder's tags, outside its block: its head, its end, and
+# the block's close that may follow it.
+_TAG_OPEN = "<function="
+_TAG_HEAD = re.compile(f"<function=([{NAME_CHARS}]{{1,256}})>")
+_TAG_CLOSE = "</function>"
+_BLOCK_OPEN = re.compile(r"<tool_call>\s*\Z")  # just before the head: part of the call
+_BLOCK_CLOSE = "</tool_call>"
 
 
 def _could_open(text: str) -> bool:
@@ -71,6 +90,14 @@ def _could_open(text: str) -> bool:
     return True
 
 
+def _could_open_tag(text: str) -> bool:
+    """Whether `text`, which does not match _TAG_HEAD, may become a head."""
+    if len(text) < len(_TAG_OPEN):
+        return _TAG_OPEN.startswith(text)
+    name = text[len(_TAG_OPEN) :]
+    return text.startswith(_TAG_OPEN) and len(name) <= 256 and not _NO_NAME.search(name)
+
+
 def spellings(name: str) -> list[str]:
     """`name` and the spellings a model may write for it: a tool offered as
     `math_factorial` whose description or question says `math.factorial`
@@ -88,21 +115,28 @@ class LooseCallParser:
         inner: ToolParser,
         tools: Mapping[str, Any] | Collection[str],
         new_id: Callable[[], str],
+        tagged: ParserFactory | None = None,
     ) -> None:
         """`tools`: the offered names, or a mapping of them to their
         parameters' schemas (without schemas no call is read by its
-        arguments)."""
+        arguments). `tagged`: the parser of Qwen3-Coder's tags (None: they
+        are text)."""
         # configuration
         self._inner = inner
         self._tools = {spelled: name for name in tools for spelled in spellings(name)}
         schemas = tools if isinstance(tools, Mapping) else {}
         self._params = {name: _parameters(schema) for name, schema in schemas.items()}
         self._new_id = new_id
+        self._tagged = tagged
+        self._offered: Mapping[str, Any] | Collection[str] = (
+            dict(schemas) if schemas else list(tools)
+        )
         # state
         self._buf = ""  # text the family parser passed on, not yet handled
         self._call = ""  # a loose call's text from its head on ("" outside one)
         self._name = ""  # the first call's name, from its head
         self._stray = False  # the call read names no tool: decided when complete
+        self._tag = False  # the call read is in Qwen3-Coder's tags
         self._gap = ""  # the whitespace before it, text again if it is not a call
         self._after = False  # just after a call: whitespace is dropped
         # Of the loose call being read: values already out (each goes out once
@@ -156,6 +190,7 @@ class LooseCallParser:
         if self._call:
             self._buf, self._call = self._call[self._resume :] + self._buf, ""
             self._emitted = self._resume = 0
+            self._tag = False
         if self._buf:
             out.append(TextDelta(self._buf))
         self._buf = ""
@@ -190,11 +225,23 @@ class LooseCallParser:
         """(where a call to an offered tool opens in `buf`, -1: none; where
         to hold back from when none does, -1: nothing held)."""
         at = 0
+        marks = "`{[<" if self._tagged is not None else "`{["
         while True:
-            found = [i for i in (buf.find("`", at), buf.find("{", at), buf.find("[", at)) if i >= 0]
+            found = [i for i in (buf.find(m, at) for m in marks) if i >= 0]
             if not found:
                 return -1, -1
             i = min(found)
+            if buf[i] == "<":
+                tag = _TAG_HEAD.match(buf, i)
+                name = self._tools.get(tag[1]) if tag is not None else None
+                if name is not None:
+                    self._name, self._stray, self._tag = name, False, True
+                    block = _BLOCK_OPEN.search(buf, 0, i)
+                    return (block.start() if block else i), -1
+                if tag is None and not final and _could_open_tag(buf[i:]):
+                    return -1, len(buf[:i].rstrip())
+                at = i + 1
+                continue
             head = _HEAD.match(buf, i)
             if head is not None:
                 written = _decoded(head[3]) or ""
@@ -212,6 +259,8 @@ class LooseCallParser:
         """Reads the loose call in `_call` when it is complete: its calls go
         out, what follows is text again. False while more may complete it
         (`final`: nothing more comes)."""
+        if self._tag:
+            return self._read_tagged(out, final)
         text = self._call
         if self._stray and len(text) > _STRAY_HELD:
             self._unstray(out)
@@ -251,6 +300,45 @@ class LooseCallParser:
         self._call, self._buf, self._after = "", text[at:], True
         self._emitted = self._resume = 0
         return True
+
+    def _read_tagged(self, out: list[Event], final: bool) -> bool:
+        """Reads the tagged call in `_call` once its close tag (and a block
+        close right after it) has come, or at the end of the output."""
+        text = self._call
+        end = text.find(_TAG_CLOSE)
+        closed = end >= 0
+        if not closed:
+            if not final:
+                return False
+            end = after = len(text)
+        else:
+            after = end + len(_TAG_CLOSE)
+            rest = text[after:].lstrip()
+            if rest.startswith(_BLOCK_CLOSE):
+                after = len(text) - len(rest) + len(_BLOCK_CLOSE)
+            elif not final and _BLOCK_CLOSE.startswith(rest):
+                return False  # may still be the block's close
+        self._emit_tagged(out, text[:end], closed)
+        self._call, self._buf, self._after, self._tag = "", text[after:], True, False
+        return True
+
+    def _emit_tagged(self, out: list[Event], text: str, closed: bool) -> None:
+        """One call from its tags (`<function=NAME>` up to, not with, its
+        close tag; `closed`: it had one), read by the tagged parser under
+        the offered name."""
+        head = _TAG_HEAD.search(text)
+        assert head is not None and self._tagged is not None
+        body = text[head.end() :].strip()
+        if body.startswith("{"):  # Llama 3.1's form: the arguments as JSON
+            arguments = _object(repair_object(body))
+        else:  # the ids are ours (_emit)
+            parser = self._tagged(tools=self._offered, thinking=False, new_id=lambda: "")
+            block = f"<tool_call>\n<function={self._name}>{text[head.end() :]}"
+            block += _TAG_CLOSE if closed else ""  # cut short: a value runs to the end
+            events = parser.feed(block) + parser.finish()
+            ends = [e.arguments for e in events if isinstance(e, ToolCallEnd)]
+            arguments = _object(ends[0]) if ends else {}
+        self._emit(out, {"name": self._name, "arguments": arguments})
 
     def _unstray(self, out: list[Event]) -> None:
         """The stray call being read is no call: its text goes out as written,
