@@ -84,13 +84,21 @@ def test_codex_on_auto(choice: str, parameters: int | None, want: str, said: str
         ("cline", 1_543_714_304, "full"),
         ("cline", 70 * B, "full"),
         ("opencode", 1_543_714_304, "lean"),
-        ("qwen", 1_543_714_304, "lean"),
+        # Qwen2.5-Coder-1.5B: under lean Qwen Code's model made up
+        # reminders (0 of 5), under full it made the file (1 of 2).
+        ("qwen", 1_543_714_304, "full"),
         ("continue", 494_032_768, "lean"),
     ],
 )
 def test_the_other_clients_on_auto(client: str, parameters: int, want: str) -> None:
     assert choose("auto", 32768, parameters, GIB, client).name == want
     assert choose("lean", 32768, parameters, GIB, client).name == "lean"
+
+
+@pytest.mark.parametrize(("window", "want"), [(16384, "lean"), (32768, "full"), (131072, "full")])
+def test_qwen_code_gets_its_own_tools_where_the_window_holds_them(window: int, want: str) -> None:
+    """Its own first prompt is 16k tokens: in a 16k window lean's 7k."""
+    assert choose("auto", window, 1_543_714_304, GIB, "qwen").name == want
 
 
 # ---- Claude Code ------------------------------------------------------------------

@@ -2,7 +2,7 @@
 real Qwen2.5-Coder-0.5B-Instruct (from its wheels): each client, installed
 by the test setup at its pinned version (support.agents), runs its one-shot
 form through `engy launch` with no tool flags (auto: the lean profile on a
-0.5B model, Cline's own tools) on a task that names the shell command to run; the client runs
+0.5B model in this 16k window, Cline's own tools) on a task that names the shell command to run; the client runs
 the model's call and sends the result back, the file the command wrote is
 there, and the turn after the call reads the first turn's prompt from the
 cache. Aider makes no calls: its task names the file to write, and its

@@ -18,7 +18,11 @@ from there Codex gets what Claude Code gets.
 `auto` gives Cline its full set: its defaults are short (5.4k tokens, 25
 tools), and on Qwen2.5-Coder-1.5B under lean the model wrote Cline's old
 XML tool format as text in 3 greedy tries of 3, where under full it made
-the file with its editor tool (docs/benchmarks.md). For the other clients `auto`
+the file with its editor tool (docs/benchmarks.md). `auto` gives Qwen Code
+its full set where the window is QWEN_FULL_WINDOW tokens or more (its own
+first prompt is 16k tokens): on Qwen2.5-Coder-1.5B under lean the model
+answered with reminders of its own and no call (0 of 5 tries), under its
+own tools it made the file with write_file (1 of 2). For the other clients `auto`
 picks lean for a model under LEAN_PARAMETERS parameters (or, when
 the parameter count is unknown, weights under LEAN_WEIGHT_BYTES), or served
 with a window under LEAN_WINDOW tokens, and full otherwise. Measured on
@@ -49,6 +53,7 @@ LEAN_WINDOW = 65_536
 CODEX_LEAN_FROM = 1_000_000_000
 # Clients whose own tools did better than lean on a small model (see above).
 FULL_ON_AUTO = ("cline",)
+QWEN_FULL_WINDOW = 32_768
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,12 @@ def choose(
         return Profile(choice, f"--tools {choice}", _other(choice))
     if client in FULL_ON_AUTO:
         why = "auto: Cline did its task on a small model with its own tools, not on lean"
+        return Profile("full", why, _other("full"))
+    if client == "qwen" and window >= QWEN_FULL_WINDOW:
+        why = (
+            f"auto: Qwen Code did its task on a small model with its own tools, not on lean "
+            f"(a {window}-token window holds their 16k-token prompt)"
+        )
         return Profile("full", why, _other("full"))
     if client == "codex" and parameters and parameters < CODEX_LEAN_FROM:
         why = (
