@@ -180,6 +180,11 @@ TAGGED = [
         "<parameter=content>\n<p>\n hi\n</p>\n</parameter>\n</function>",
         Result(calls=calls(("Write", '{"file_path": "a.html", "content": "<p>\\n hi\\n</p>"}'))),
     ),
+    # a value holding the call's close tag: the call closes after it
+    (
+        "<function=Write>\n<parameter=content>\nx</function>y\n</parameter>\n</function>",
+        Result(calls=calls(("Write", '{"content": "x</function>y"}'))),
+    ),
     # Llama 3.1's form: the arguments as a JSON object
     (
         '<function=Read>{"file_path": "a.py"}</function>',

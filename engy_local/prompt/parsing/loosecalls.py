@@ -305,7 +305,7 @@ class LooseCallParser:
         """Reads the tagged call in `_call` once its close tag (and a block
         close right after it) has come, or at the end of the output."""
         text = self._call
-        end = text.find(_TAG_CLOSE)
+        end = _tag_end(text)
         closed = end >= 0
         if not closed:
             if not final:
@@ -403,6 +403,15 @@ class LooseCallParser:
                 self._emit(out, {"name": name, "arguments": arguments})
         self._call = ""
         self._emitted = self._resume = 0
+
+
+def _tag_end(text: str) -> int:
+    """Where the tagged call in `text` closes (-1: not yet): at a
+    `</function>` outside a value (a file's text may hold one)."""
+    at = text.find(_TAG_CLOSE)
+    while at >= 0 and text.count("<parameter=", 0, at) > text.count("</parameter>", 0, at):
+        at = text.find(_TAG_CLOSE, at + 1)
+    return at
 
 
 def _parameters(schema: Any) -> tuple[set[str], set[str]]:
