@@ -2,16 +2,17 @@
 real Qwen2.5-Coder-0.5B-Instruct (from its wheels): each client, installed
 by the test setup at its pinned version (support.agents), runs its one-shot
 form through `engy launch` with no tool flags (auto: the lean profile on a
-0.5B model in this 16k window, Cline's own tools) on a task that names the shell command to run; the client runs
-the model's call and sends the result back, the file the command wrote is
-there, and the turn after the call reads the first turn's prompt from the
-cache. Aider makes no calls: its task names the file to write, and its
-`whole` edit format (lean's) writes it.
+0.5B model in this 16k window, Cline's own tools) on a task that names the
+shell command to run; the client runs the model's call and sends the
+result back, the file the command wrote is there, and the turn after the
+call reads the first turn's prompt from the cache. Aider makes no calls:
+its task names the file to write, and its `whole` edit format (lean's)
+writes it.
 
-The server decodes greedily (`--temp 0`, drafting off) and each client runs in the same
-project path every time, so its prompts are the same each run. Each first
-turn reads a 0.9k-10k-token preamble on the CPU (Cline's and Qwen Code's
-take 2-4 minutes here).
+The server decodes greedily (`--temp 0`, drafting off) and each client
+runs in the same project path every time, so its prompts are the same
+each run. Each first turn reads a 0.9k-10k-token preamble on the CPU
+(Cline's and Qwen Code's take 2-4 minutes here).
 
 CLIENTS lists the ones the 0.5B does this for (Qwen Code, Cline, Continue,
 mini-swe-agent: measured, 2026-12-07, a 2-core VM; docs/benchmarks.md has
