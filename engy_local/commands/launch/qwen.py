@@ -35,7 +35,7 @@ QUIET: dict[str, dict[str, Any]] = {
     "general": {"enableAutoUpdate": False},
     "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False},
 }
-# Lean's quiet defaults besides: no bundled skills. Their list (1.7k
+# Lean's quiet defaults besides: no bundled skills. Their list (1.4k
 # tokens in a <system-reminder> before the task) is for the Skill tool,
 # which lean excludes, and after it Qwen2.5-Coder-1.5B wrote reminders of
 # its own ("the file has been created") instead of a call. The user's own
