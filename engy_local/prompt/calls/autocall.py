@@ -125,9 +125,7 @@ def _tagged(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[str]:
     """Adds the rule "tagged": calls in Qwen3-Coder's tags without their
     block, one or more; returns the tools' names, or [] where the grammar
     would grow past its limit (the tags are read as calls all the same)."""
-    first: dict[str, ToolSpec] = {}
-    for tool in tools:
-        first.setdefault(tool.name, tool)
+    first = _first_by_name(tools)
     own: dict[str, str] = {}
     _tagged_rules(list(first.values()), own)
     own["tagged"] = f"tcall ([ \\t\\n]{{0,2}} tcall){{0,{MAX_CALLS - 1}}} [ \\t\\n]{{0,2}}"
@@ -188,9 +186,7 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
     "arguments": {...}}, bare or in a ```json fence, one or a list; "stray":
     a fenced one whose name no tool can have. Returns the tools' names, in
     order."""
-    first: dict[str, ToolSpec] = {}
-    for tool in tools:
-        first.setdefault(tool.name, tool)
+    first = _first_by_name(tools)
     rules["jsp"] = JSON_SPACE
     alternatives = []
     roots = []
@@ -222,6 +218,14 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
 # Not a ".": a tool's name spelled with one (math.factorial) takes that
 # tool's arguments alone.
 _STRAY_NAME = rf'[{NAME_CHARS}]*[^"\\{NAME_CHARS}][^"\\]{{0,200}}'
+
+
+def _first_by_name(tools: Sequence[ToolSpec]) -> dict[str, ToolSpec]:
+    """Each name's first tool, in order (a name offered twice is one tool)."""
+    first: dict[str, ToolSpec] = {}
+    for tool in tools:
+        first.setdefault(tool.name, tool)
+    return first
 
 
 def _requires(spec: ToolSpec) -> bool:

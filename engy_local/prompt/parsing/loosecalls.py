@@ -57,7 +57,7 @@ _STRAY_HELD = 64 * 1024  # a stray call not closed within this is text
 # A call in Qwen3-Coder's tags, outside its block: its head, its end, and
 # the block's close that may follow it.
 _TAG_OPEN = "<function="
-_TAG_HEAD = re.compile(f"<function=([{NAME_CHARS}]{{1,256}})>")
+_TAG_HEAD = re.compile(f"<function=([{NAME_CHARS}]{{1,{_HELD}}})>")
 _TAG_CLOSE = "</function>"
 _BLOCK_OPEN = re.compile(r"<tool_call>\s*\Z")  # just before the head: part of the call
 _BLOCK_CLOSE = "</tool_call>"
@@ -95,7 +95,7 @@ def _could_open_tag(text: str) -> bool:
     if len(text) < len(_TAG_OPEN):
         return _TAG_OPEN.startswith(text)
     name = text[len(_TAG_OPEN) :]
-    return text.startswith(_TAG_OPEN) and len(name) <= 256 and not _NO_NAME.search(name)
+    return text.startswith(_TAG_OPEN) and len(name) <= _HELD and not _NO_NAME.search(name)
 
 
 def spellings(name: str) -> list[str]:
