@@ -21,11 +21,14 @@ MODEL = ModelStatus(id="qwen2.5-coder:1.5b", context_length=32768, backend="CPU"
                     keep_alive_left=None)  # fmt: skip
 
 
-def context(tmp_path: Path, *user: str, lean: bool = True, home: Path | None = None) -> Context:
+def context(
+    tmp_path: Path, *user: str, lean: bool = True, home: Path | None = None, cwd: Path | None = None
+) -> Context:
     work = tmp_path / "launch"
     work.mkdir(exist_ok=True)
     env = {"HOME": str(home or tmp_path / "home"), "PATH": "/usr/bin", "OPENAI_API_KEY": "sk-real"}
-    return Context("http://127.0.0.1:8642", None, MODEL, lean, work, user, env)
+    return Context("http://127.0.0.1:8642", None, MODEL, lean, work, user, env,
+                   cwd=cwd or tmp_path)  # fmt: skip
 
 
 def written(tmp_path: Path) -> list[Path]:
@@ -72,6 +75,68 @@ def test_opencode_reads_the_user_s_config_file_in_place(tmp_path: Path) -> None:
     assert theirs.read_text() == '{"theme": "mine"}'
 
 
+def build_prompt(setup_env: dict[str, str], prefix: str = "OPENCODE") -> str | None:
+    config = json.loads(setup_env[f"{prefix}_CONFIG_CONTENT"])
+    prompt = config.get("agent", {}).get("build", {}).get("prompt")
+    return str(prompt) if prompt is not None else None
+
+
+def test_lean_opencode_is_told_the_project_folder_in_a_short_prompt(tmp_path: Path) -> None:
+    project = tmp_path / "my project"
+    (project / "sub").mkdir(parents=True)
+    setup = opencode.configure(context(tmp_path, "run", "Make it", cwd=project))
+    prompt = build_prompt(setup.env)
+    assert prompt is not None and f"{project}/notes.md" in prompt and len(prompt) < 1000
+    assert any("short system prompt" in line for line in setup.said)
+    # Where opencode is told to work elsewhere, that folder is named.
+    moved = opencode.configure(context(tmp_path, "run", "--dir", "sub", "Go", cwd=project))
+    assert f"{project / 'sub'}/notes.md" in (build_prompt(moved.env) or "")
+    # Kilo and the full profile keep the client's own prompt.
+    kilo = opencode.configure(context(tmp_path, "run", "x"), "KILO")
+    assert build_prompt(kilo.env, "KILO") is None
+    assert build_prompt(opencode.configure(context(tmp_path, "x", lean=False)).env) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "folder"),
+    [
+        ((), "."),
+        (("run", "Make it"), "."),
+        (("run", "--dir", "sub", "Make it"), "sub"),
+        (("run", "--dir=sub", "Make it"), "sub"),
+        (("sub",), "sub"),  # the TUI's project argument
+        (("missing",), "."),  # not a folder: a subcommand or a message
+        (("--model", "x"), "."),
+    ],
+)
+def test_opencode_s_project_folder(tmp_path: Path, args: tuple[str, ...], folder: str) -> None:
+    (tmp_path / "sub").mkdir()
+    assert opencode.project_folder(args, tmp_path) == (tmp_path / folder).resolve()
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        ("home/.config/opencode/opencode.jsonc",
+         '// mine\n{"agent": {"build": {"model": "x", "prompt": "{file:./p.md}"}}}'),
+        ("project/opencode.json", '{"agent": {"build": {"prompt": "Be brief"}}}'),
+        ("project/.opencode/agent/build.md", "---\ndescription: mine\n---\nBe brief"),
+        ("home/.config/opencode/agents/build.md", "Be brief"),
+    ],
+)  # fmt: skip
+def test_the_user_s_own_build_prompt_wins_over_lean_s(
+    tmp_path: Path, where: str, text: str
+) -> None:
+    path = tmp_path / where
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    ctx = context(tmp_path, "run", "Go", home=tmp_path / "home", cwd=tmp_path / "project")
+    setup = opencode.configure(ctx)
+    assert build_prompt(setup.env) is None
+    assert not any("short system prompt" in line for line in setup.said)
+    assert path.read_text() == text
+
+
 def test_qwen_settings_are_the_user_s_with_engy_s_model_over_them(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".qwen").mkdir(parents=True)
@@ -112,7 +177,7 @@ def test_continue_s_config_has_the_window_the_cap_and_the_header(tmp_path: Path)
 
 def test_aider_gets_the_window_an_edit_format_and_a_home_of_its_own(tmp_path: Path) -> None:
     ctx = context(tmp_path, "--message", "Make it")
-    setup = aider.configure(ctx, cwd=tmp_path)
+    setup = aider.configure(ctx)
     meta_file = next(
         a.split("=", 1)[1] for a in setup.args if a.startswith("--model-metadata-file")
     )
@@ -122,7 +187,7 @@ def test_aider_gets_the_window_an_edit_format_and_a_home_of_its_own(tmp_path: Pa
     assert setup.env["OPENAI_API_KEY"] != "sk-real"  # a real key does not go to engy
     assert setup.env["HOME"].startswith(str(tmp_path / "launch"))
     assert setup.args[-2:] == ["--message", "Make it"]  # aider takes the last: the user's win
-    full = aider.configure(context(tmp_path, lean=False), cwd=tmp_path)
+    full = aider.configure(context(tmp_path, lean=False))
     assert "--edit-format=diff" in full.args
 
 
@@ -147,6 +212,6 @@ def test_nothing_is_written_outside_the_launch_directory(tmp_path: Path) -> None
     for configure in (opencode.configure, qwen.configure, continuecli.configure,
                       miniswe.configure):  # fmt: skip
         configure(context(tmp_path, "x"))
-    aider.configure(context(tmp_path, "x"), cwd=tmp_path)
+    aider.configure(context(tmp_path, "x"))
     outside = [p for p in written(tmp_path) if not p.is_relative_to(tmp_path / "launch")]
     assert outside == []

@@ -50,10 +50,12 @@ ONE_SHOT: dict[str, tuple[str, ...]] = {
                        "--config", "agent.step_limit=4"),
 }  # fmt: skip
 # Measured with bench/agent.py --tasks command (2026-12-07): what the 0.5B
-# did where it left no file. On Qwen2.5-Coder-1.5B, kilo and aider make the
-# file (docs/benchmarks.md).
+# did where it left no file (opencode: under lean's prompt, which names the
+# project folder). On Qwen2.5-Coder-1.5B, all three make the file
+# (docs/benchmarks.md).
 NOT_ON_05B = {
-    "opencode": "wrote a call to a tool it was not offered, as text in a ```json fence",
+    "opencode": "ran bash with workdir /tmp/opencode, outside the project (so refused), "
+    "then called edit on /tmp/opencode/greeting.txt seven times",
     "kilo": "called edit on greeting.txt, which did not exist, four times over",
     "aider": "its `whole` answer repeated the format's instructions to the 8192-token cap",
 }

@@ -55,7 +55,7 @@ def in_git(cwd: Path) -> bool:
     return r.returncode == 0 and r.stdout.strip() == "true"
 
 
-def configure(ctx: Context, cwd: Path | None = None) -> Setup:
+def configure(ctx: Context) -> Setup:
     home = ctx.workdir / "home"
     home.mkdir(parents=True, exist_ok=True)
     meta = ctx.workdir / "aider-models.json"
@@ -76,7 +76,7 @@ def configure(ctx: Context, cwd: Path | None = None) -> Setup:
     own = user_home / ".aider.conf.yml"
     if own.is_file() and not given(ctx.user_args, "--config", "-c"):
         args.append(f"--config={own}")
-    git = in_git(cwd or Path.cwd())
+    git = in_git(ctx.cwd)
     if not git and not given(ctx.user_args, "--git", "--no-git"):
         args.append("--no-git")
     said = [

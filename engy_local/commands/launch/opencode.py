@@ -11,6 +11,8 @@ for a session title; launch gives one."""
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,24 @@ LEAN_OFF = ("webfetch", "websearch", "task", "todowrite", "todoread", "codesearc
 KILO_LEAN_OFF = ("background_process", "board_post", "board_read", "cancel_wakeup",
                  "kilo_local_recall", "schedule_wakeup")  # fmt: skip
 TITLE = "engy launch"
+
+# Lean's system prompt for opencode's build agent, in place of the one it
+# sends a model it does not know (8.9k characters written for large ones),
+# with the project's folder spelled out. On Qwen2.5-Coder-1.5B (2026-12-07):
+# under opencode's own prompt, whose only mention of the folder is its env
+# block's "Working directory", the model wrote the task's file to the
+# folder's parent or to /tmp/opencode/ (0/5); under short prompts that
+# pointed at that line or asked for relative paths it still used
+# /tmp/opencode (0/4); under this one it made the file in the project 6/6
+# (two tasks, three tries each), its first prompt 3.4k tokens against 5.1k.
+# The user's own build prompt wins (own_build_prompt). Kilo keeps its own:
+# there the model made the file.
+LEAN_PROMPT = """You are opencode, a coding agent in the user's terminal. Do the user's \
+task with your tools, one call at a time, then say in one short line what you did.
+
+The user's project is the folder {folder}, and every file you read, write or edit \
+is in it: a file named notes.md is {folder}/notes.md. Run bash without a workdir: \
+its commands run in {folder}."""
 
 
 def lean_off(prefix: str) -> tuple[str, ...]:
@@ -40,7 +60,48 @@ def user_config(home: Path, prefix: str) -> Path | None:
     return None
 
 
-def config(ctx: Context, prefix: str = "OPENCODE") -> dict[str, Any]:
+def project_folder(args: Sequence[str], cwd: Path) -> Path:
+    """The folder opencode works in: `run --dir DIR`, the TUI's project
+    argument, else the one it starts in."""
+    if args and args[0] == "run":
+        for i, arg in enumerate(args):
+            if arg == "--dir" and i + 1 < len(args):
+                return (cwd / args[i + 1]).resolve()
+            if arg.startswith("--dir="):
+                return (cwd / arg.split("=", 1)[1]).resolve()
+        return cwd
+    if args and not args[0].startswith("-") and (cwd / args[0]).is_dir():
+        return (cwd / args[0]).resolve()
+    return cwd
+
+
+# `"build": {... "prompt": ...}` in a JSON or JSONC config.
+_BUILD_PROMPT = re.compile(r'"build"\s*:\s*\{[^{}]*"prompt"\s*:')
+
+
+def own_build_prompt(home: Path, folder: Path, env: Mapping[str, str]) -> bool:
+    """Whether the user gives opencode's build agent a prompt of their own,
+    in a config file or an agent file (which lean's would override)."""
+    dirs = [home / ".config" / "opencode", folder / ".opencode"]
+    if env.get("OPENCODE_CONFIG_DIR"):
+        dirs.append(Path(env["OPENCODE_CONFIG_DIR"]))
+    if any((d / sub / "build.md").is_file() for d in dirs for sub in ("agent", "agents")):
+        return True
+    configs = [d / name for d in [*dirs, folder] for name in
+               ("opencode.json", "opencode.jsonc", "config.json")]  # fmt: skip
+    if env.get("OPENCODE_CONFIG"):
+        configs.append(Path(env["OPENCODE_CONFIG"]))
+    for path in configs:
+        try:
+            text = path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if _BUILD_PROMPT.search(text):
+            return True
+    return False
+
+
+def config(ctx: Context, prefix: str = "OPENCODE", prompt: str | None = None) -> dict[str, Any]:
     m = ctx.model
     out: dict[str, Any] = {
         "$schema": "https://opencode.ai/config.json",
@@ -84,6 +145,8 @@ def config(ctx: Context, prefix: str = "OPENCODE") -> dict[str, Any]:
     }
     if ctx.lean:
         out["tools"] = {tool: False for tool in lean_off(prefix)}
+    if prompt is not None:
+        out["agent"] = {"build": {"prompt": prompt}}
     return out
 
 
@@ -95,8 +158,14 @@ def configure(ctx: Context, prefix: str = "OPENCODE") -> Setup:
     own = user_config(user_home, prefix)
     if own is not None and f"{prefix}_CONFIG" not in env:
         env[f"{prefix}_CONFIG"] = str(own)
+    args = list(ctx.user_args)
+    prompt = None
+    if ctx.lean and prefix == "OPENCODE":
+        folder = project_folder(args, ctx.cwd)
+        if not own_build_prompt(user_home, folder, env):
+            prompt = LEAN_PROMPT.format(folder=folder)
     env.update({
-        f"{prefix}_CONFIG_CONTENT": json.dumps(config(ctx, prefix)),
+        f"{prefix}_CONFIG_CONTENT": json.dumps(config(ctx, prefix, prompt)),
         f"{prefix}_DISABLE_MODELS_FETCH": "1",
         f"{prefix}_DISABLE_AUTOUPDATE": "1",
         f"{prefix}_DISABLE_LSP_DOWNLOAD": "1",
@@ -108,7 +177,6 @@ def configure(ctx: Context, prefix: str = "OPENCODE") -> Setup:
     })  # fmt: skip
     if prefix == "KILO":
         env.update(KILO_NO_DAEMON="1", KILO_TELEMETRY_LEVEL="off")
-    args = list(ctx.user_args)
     if args[:1] == ["run"] and not given(args, "--title"):
         args[1:1] = ["--title", TITLE]
     tools = "no " + ", ".join(lean_off(prefix)) if ctx.lean else "its default tools"
@@ -120,4 +188,9 @@ def configure(ctx: Context, prefix: str = "OPENCODE") -> Setup:
         f"{name}: {tools}; edits and commands allowed, no sharing, update checks or "
         "model list fetch; sessions in a temporary directory",
     ]
+    if prompt is not None:
+        said.append(
+            f"{name}: a short system prompt naming the project folder (lean; "
+            "your own agent.build.prompt wins)"
+        )
     return Setup(args, env, said)

@@ -142,6 +142,7 @@ def _run_configured(
             user_args=options.client_args,
             base_env=os.environ,
             binary=client.path,
+            cwd=Path.cwd(),
         )
         setup = CONFIGURE[client.spec.name](ctx)
         for line in setup.said:

@@ -32,6 +32,7 @@ class Context:
     user_args: tuple[str, ...] = ()  # after `--`
     base_env: Mapping[str, str] = field(default_factory=dict)  # the user's environment
     binary: Path | None = None  # the client's command (Cline's is run to configure it)
+    cwd: Path = field(default_factory=Path.cwd)  # where the client runs
 
     @property
     def key(self) -> str:
