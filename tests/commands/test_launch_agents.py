@@ -65,13 +65,11 @@ def call(name: str, arguments: str) -> str:
 
 TASK = "Make proof.txt"
 AGENTS = {
-    "opencode": Agent(
-        call("bash", '"description": "Write it","command":"' + COMMAND + '"'), ("run", TASK)
-    ),
-    "kilo": Agent(
-        call("bash", '"description": "Write it","command":"' + COMMAND + '"'),
-        ("run", "--auto", TASK),
-    ),
+    # Each script's arguments in its schema's order, as the call grammar
+    # holds them (opencode 1.18.33's bash has no description; Kilo's has it
+    # last, and optional).
+    "opencode": Agent(call("bash", '"command":"' + COMMAND + '"'), ("run", TASK)),
+    "kilo": Agent(call("bash", '"command":"' + COMMAND + '"'), ("run", "--auto", TASK)),
     "qwen": Agent(call("run_shell_command", '"command":"' + COMMAND + '"'), (TASK,)),
     "cline": Agent(call("run_commands", '"commands":["' + COMMAND + '"]'), (TASK,)),
     # Continue's first prompt differs by more than the folder's path after
@@ -148,7 +146,12 @@ def test_launched_agent_makes_the_file_and_its_prompts_are_read_from_the_cache(
     env["PATH"] = f"{agents_path}{os.pathsep}{env['PATH']}"
     env["TMPDIR"] = str(tmp_path / "tmp")
     (tmp_path / "tmp").mkdir()
-    server = EngyServer(str(model))
+    # Greedy: off its script the tiny model is unsure, and sampled it came
+    # back to it only now and then. mini-swe-agent asks for tool_choice
+    # required, whose grammar holds the call to Llama 3.1's own spacing,
+    # not the script's (spaced so that no token repeats): sampled, its bash
+    # command came out as `{` in 4 of 6 direct requests (greedy: 0 of 6).
+    server = EngyServer(str(model), "--temp", "0")
     recorder = captured.Recorder(server.url)  # the client's requests, kept
     try:
         firsts = []
