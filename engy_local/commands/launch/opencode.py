@@ -33,8 +33,8 @@ TITLE = "engy launch"
 # block's "Working directory", the model wrote the task's file to the
 # folder's parent or to /tmp/opencode/ (0/5); under short prompts that
 # pointed at that line or asked for relative paths it still used
-# /tmp/opencode (0/4); under this one it made the file in the project 6/6
-# (two tasks, three tries each), its first prompt 3.4k tokens against 5.1k.
+# /tmp/opencode (0/4); under this one it made the file in the project 8/8
+# (two tasks, four tries each), its first prompt 3.4k tokens against 5.1k.
 # The user's own build prompt wins (own_build_prompt). Kilo keeps its own:
 # there the model made the file.
 LEAN_PROMPT = """You are opencode, a coding agent in the user's terminal. Do the user's \
