@@ -54,8 +54,8 @@ ONE_SHOT: dict[str, tuple[str, ...]] = {
 # project folder). On Qwen2.5-Coder-1.5B, all three make the file
 # (docs/benchmarks.md).
 NOT_ON_05B = {
-    "opencode": "ran bash with workdir /tmp/opencode, outside the project (so refused), "
-    "then called edit on /tmp/opencode/greeting.txt seven times",
+    "opencode": "ran bash with workdir /tmp/opencode, outside the project, which a one-shot "
+    "run refuses (on --tasks create: edit on /tmp/opencode/greeting.txt, seven times)",
     "kilo": "called edit on greeting.txt, which did not exist, four times over",
     "aider": "its `whole` answer repeated the format's instructions to the 8192-token cap",
 }
