@@ -25,6 +25,8 @@ LEAN_OFF = ("webfetch", "websearch", "task", "todowrite", "todoread", "codesearc
 KILO_LEAN_OFF = ("background_process", "board_post", "board_read", "cancel_wakeup",
                  "kilo_local_recall", "schedule_wakeup")  # fmt: skip
 TITLE = "engy launch"
+# opencode's config file names, in a config folder (and a project's root).
+CONFIG_NAMES = ("opencode.json", "opencode.jsonc", "config.json")
 
 # Lean's system prompt for opencode's build agent, in place of the one it
 # sends a model it does not know (8.9k characters written for large ones),
@@ -53,7 +55,7 @@ def user_config(home: Path, prefix: str) -> Path | None:
     """The user's own global config file, where there is one."""
     folder = home / ".config" / ("kilo" if prefix == "KILO" else "opencode")
     names: tuple[str, ...] = ("kilo.json", "kilo.jsonc") if prefix == "KILO" else ()
-    for name in (*names, "opencode.json", "opencode.jsonc", "config.json"):
+    for name in (*names, *CONFIG_NAMES):
         path: Path = folder / name
         if path.is_file():
             return path
@@ -87,11 +89,10 @@ def own_build_prompt(home: Path, folder: Path, env: Mapping[str, str]) -> bool:
         dirs.append(Path(env["OPENCODE_CONFIG_DIR"]))
     if any((d / sub / "build.md").is_file() for d in dirs for sub in ("agent", "agents")):
         return True
-    configs = [d / name for d in [*dirs, folder] for name in
-               ("opencode.json", "opencode.jsonc", "config.json")]  # fmt: skip
-    if env.get("OPENCODE_CONFIG"):
+    configs = [d / name for d in [*dirs, folder] for name in CONFIG_NAMES]
+    if env.get("OPENCODE_CONFIG"):  # launch passes the global one this way too
         configs.append(Path(env["OPENCODE_CONFIG"]))
-    for path in configs:
+    for path in dict.fromkeys(configs):
         try:
             text = path.read_text("utf-8")
         except (OSError, UnicodeDecodeError):
