@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import random
 import re
 
+import jsonschema  # type: ignore[import-untyped]
 import llama_cpp
 import pytest
 from support.grammar import CLIENTS, Vocab, captured_tools
+from support.parsing import parse
 
 from engy_local.chat import ToolSpec
 from engy_local.prompt.calls.autocall import (
@@ -35,6 +38,7 @@ WEATHER = ToolSpec(
 )
 PLAY = ToolSpec("play.song", "", {"type": "object", "properties": {"minutes": {"type": "number"}}})
 TOOLS = [WEATHER, PLAY]
+SENTENCES = 60  # random calls walked through the grammar
 
 
 def lazy(family: str = "hermes", tools: list[ToolSpec] = TOOLS, after: str = "") -> LazyGrammar:
@@ -263,3 +267,29 @@ def test_call_or_answer_after_reasoning_and_for_every_family(vocab: Vocab) -> No
     codex = captured_tools(CLIENTS[1])  # codex exec --output-schema: its tools and a format
     for family in sorted(registry()):
         assert check_grammar(call_or_answer_grammar(codex, get(family), ANSWER)), family
+
+
+def test_random_calls_the_grammar_allows_are_read_and_validate(vocab: Vocab) -> None:
+    """Whatever the started call's grammar lets a model write (the family's
+    blocks, the JSON forms small models write, Qwen3-Coder's tags) is read
+    as calls (as tool_choice auto reads them) whose arguments validate
+    against their tool's schema, by `jsonschema`; every form comes up.
+    Each tool here requires a parameter: a stray call (a name no tool can
+    have) with empty arguments is in the grammar where a tool requires
+    none, and the parser reads it as text (no evidence of a tool)."""
+    song = ToolSpec("play.song", "", {**PLAY.parameters, "required": ["minutes"]})
+    tools = [WEATHER, song]
+    schemas = {t.name: t.parameters for t in tools}
+    gbnf = lazy(tools=tools).gbnf
+    rng = random.Random(58)
+    forms: set[str] = set()
+    for _ in range(SENTENCES):
+        text = vocab.random_sentence(gbnf, rng)
+        if text is None:
+            continue  # the walk ran long: no verdict
+        result = parse([text], tools=schemas, loose=True)
+        assert result.calls and not result.text.strip(), repr(text)
+        for _, name, arguments in result.calls:
+            jsonschema.validate(json.loads(arguments), schemas[name])
+        forms.add("tagged" if text.startswith("<function=") else text[:1])
+    assert {"tagged", "<", "{", "`"} <= forms, forms

@@ -209,15 +209,17 @@ def _json_call_rules(tools: Sequence[ToolSpec], rules: dict[str, str]) -> list[s
     # A fenced object named as no tool can be: one of the tools' arguments.
     named = '"\\"name\\"" jsp ":" jsp strayname'
     stray = f'{named} "," jsp "\\"arguments\\"" jsp ":" jsp ({" | ".join(roots)})'
-    rules["strayname"] = f'"\\"" [{NAME_CHARS}]* [^"\\\\{NAME_CHARS}] [^"\\\\]{{0,200}} "\\""'
+    rules["strayname"] = f'"\\"" {_STRAY_NAME} "\\""'  # GBNF reads the class so too
     rules["stray"] = f'"```" ("json" | "JSON")? jsp "{{" jsp {stray} jsp "}}" jsp "```"'
     return [n for name in first for n in spellings(name)]
 
 
-# A JSON string holding a character no tool name has, as the trigger sees it.
+# A JSON string holding a character no tool name has, as the trigger and
+# the grammar's "strayname" see it.
 # Not a ".": a tool's name spelled with one (math.factorial) takes that
-# tool's arguments alone.
-_STRAY_NAME = rf'[{NAME_CHARS}]*[^"\\{NAME_CHARS}][^"\\]{{0,200}}'
+# tool's arguments alone. No control character: JSON has none raw in a
+# string, and the parser reads a name holding one as text.
+_STRAY_NAME = rf'[{NAME_CHARS}]*[^"\\\x00-\x1F{NAME_CHARS}][^"\\\x00-\x1F]{{0,200}}'
 
 
 def _first_by_name(tools: Sequence[ToolSpec]) -> dict[str, ToolSpec]:
